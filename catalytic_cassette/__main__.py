@@ -1,0 +1,3 @@
+from catalytic_cassette.cli import main
+
+main()

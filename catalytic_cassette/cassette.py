@@ -1,0 +1,452 @@
+"""MessageCassette: the thin Python face of the message cassette tables."""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+from types import TracebackType
+from typing import Any
+
+from . import payloads
+from .clock import Clock
+from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect, write_transaction
+from .errors import CassetteError, ErrorCode
+from .verify import VerifyReport, verify_connection
+
+SOURCES = ("USER", "PLANNER", "SYSTEM", "WORKER")
+OUTCOMES = ("SUCCESS", "FAILURE", "ABORTED")
+STATUSES = ("PENDING", "LEASED", "COMMITTED")
+DB_ENV = "CASSETTE_DB"
+DEFAULT_DB = "cassette.db"
+MAX_TTL_SECONDS = 30 * 24 * 3600
+
+_CLAIM = """
+UPDATE cassette_steps
+   SET status = 'LEASED', lease_owner = :worker, lease_expires_at = :expires,
+       fencing_token = fencing_token + 1
+ WHERE step_id = (SELECT step_id FROM cassette_steps
+                   WHERE run_id = :run AND status = 'PENDING'
+                   ORDER BY message_id, job_ordinal, ordinal LIMIT 1)
+RETURNING step_id, job_id, message_id, ordinal, payload_json, fencing_token, lease_expires_at
+"""
+
+_COMPLETE = """
+INSERT INTO cassette_receipts
+    (step_id, job_id, run_id, worker_id, fencing_token, outcome, receipt_json, created_at)
+SELECT step_id, job_id, :run, :worker, :token, :outcome, :receipt, :now
+  FROM cassette_steps WHERE step_id = :step
+RETURNING receipt_id
+"""
+
+
+def default_db_path() -> str:
+    return os.environ.get(DB_ENV) or DEFAULT_DB
+
+
+def _name(value: Any, code: ErrorCode, what: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= payloads.MAX_NAME_LENGTH:
+        raise CassetteError(code, f"{what} must be a string of 1-200 characters")
+    return value
+
+
+def _integer(value: Any, code: ErrorCode, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CassetteError(code, f"{what} must be an integer, not {value!r}")
+    return value
+
+
+def _ttl_ms(ttl_seconds: Any) -> int:
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
+        raise CassetteError(ErrorCode.INVALID_TTL, f"ttl must be a number of seconds: {ttl_seconds!r}")
+    if not math.isfinite(ttl_seconds) or not 0.001 <= ttl_seconds <= MAX_TTL_SECONDS:
+        raise CassetteError(
+            ErrorCode.INVALID_TTL, f"ttl must be between 0.001 and {MAX_TTL_SECONDS} seconds"
+        )
+    return max(1, round(ttl_seconds * 1000))
+
+
+class MessageCassette:
+    """Messages -> jobs -> steps -> receipts in one SQLite file.
+
+    Every method is one ``BEGIN IMMEDIATE`` transaction; the database triggers
+    are the authority, Python only checks earlier for a clearer message.
+    """
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        clock: Clock | None = None,
+        durability: str | None = None,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> None:
+        self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
+        self.conn: sqlite3.Connection = connect(
+            self.db_path, clock=clock, durability=durability, busy_timeout_ms=busy_timeout_ms
+        )
+        self._clock_sql = "SELECT cassette_now_ms()"
+
+    # ------------------------------------------------------------------ life
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> MessageCassette:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def now_ms(self) -> int:
+        return int(self.conn.execute(self._clock_sql).fetchone()[0])
+
+    # ----------------------------------------------------------------- posts
+
+    def post_message(
+        self,
+        payload: dict[str, Any],
+        run_id: str,
+        source: str,
+        idempotency_key: str | None = None,
+    ) -> tuple[int, int]:
+        """Record a message and the jobs and steps it declares; return (message_id, job_id).
+
+        The same (run_id, idempotency_key) with the same payload and source
+        returns the first post's ids and writes nothing.
+        """
+        return self.post_messages([(payload, run_id, source, idempotency_key)])[0]
+
+    def post_messages(
+        self, items: list[tuple[dict[str, Any], str, str, str | None]]
+    ) -> list[tuple[int, int]]:
+        """Post several messages in one transaction; a refused item refuses the batch."""
+        prepared = [self._prepare_post(*item) for item in items]
+        results: list[tuple[int, int]] = []
+        with write_transaction(self.conn) as conn:
+            now = self.now_ms()
+            for index, (payload_json, plans, run_id, source, key) in enumerate(prepared):
+                try:
+                    results.append(self._insert_post(conn, now, payload_json, plans, run_id, source, key))
+                except CassetteError as error:
+                    if len(prepared) > 1:
+                        error.detail["index"] = index
+                    raise
+        return results
+
+    @staticmethod
+    def _prepare_post(
+        payload: dict[str, Any], run_id: str, source: str, idempotency_key: str | None
+    ) -> tuple[str, list[payloads.JobPlan], str, str, str | None]:
+        _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
+        if source not in SOURCES:
+            raise CassetteError(ErrorCode.INVALID_SOURCE, f"source must be one of {', '.join(SOURCES)}")
+        if idempotency_key is not None:
+            _name(idempotency_key, ErrorCode.INVALID_IDEMPOTENCY_KEY, "idempotency_key")
+        payload_json = payloads.encode_object(payload)
+        return payload_json, payloads.plan_jobs(payload, payload_json), run_id, source, idempotency_key
+
+    def _insert_post(
+        self,
+        conn: sqlite3.Connection,
+        now: int,
+        payload_json: str,
+        plans: list[payloads.JobPlan],
+        run_id: str,
+        source: str,
+        key: str | None,
+    ) -> tuple[int, int]:
+        if key is not None:
+            found = conn.execute(
+                "SELECT message_id, source, payload_json FROM cassette_messages"
+                " WHERE run_id = ? AND idempotency_key = ?",
+                (run_id, key),
+            ).fetchone()
+            if found is not None:
+                if found[1] != source or found[2] != payload_json:
+                    raise CassetteError(
+                        ErrorCode.IDEMPOTENCY_CONFLICT,
+                        "this run_id and idempotency_key were posted with another payload or source",
+                        message_id=found[0],
+                    )
+                job = conn.execute(
+                    "SELECT job_id FROM cassette_jobs WHERE message_id = ? ORDER BY ordinal LIMIT 1",
+                    (found[0],),
+                ).fetchone()
+                return int(found[0]), int(job[0])
+        message_id = conn.execute(
+            "INSERT INTO cassette_messages (run_id, source, idempotency_key, payload_json, created_at)"
+            " VALUES (?, ?, ?, ?, ?) RETURNING message_id",
+            (run_id, source, key, payload_json, now),
+        ).fetchone()[0]
+        first_job = 0
+        for job_ordinal, plan in enumerate(plans):
+            job_id = conn.execute(
+                "INSERT INTO cassette_jobs (message_id, run_id, intent, ordinal, created_at)"
+                " VALUES (?, ?, ?, ?, ?) RETURNING job_id",
+                (message_id, run_id, plan.intent, job_ordinal, now),
+            ).fetchone()[0]
+            if job_ordinal == 0:
+                first_job = job_id
+            conn.executemany(
+                "INSERT INTO cassette_steps (job_id, run_id, message_id, job_ordinal, ordinal,"
+                " status, fencing_token, payload_json, created_at)"
+                " VALUES (?, ?, ?, ?, ?, 'PENDING', 0, ?, ?)",
+                [
+                    (job_id, run_id, message_id, job_ordinal, ordinal, step_json, now)
+                    for ordinal, step_json in enumerate(plan.steps)
+                ],
+            )
+        return int(message_id), int(first_job)
+
+    # ---------------------------------------------------------------- claims
+
+    def claim_step(self, run_id: str, worker_id: str, ttl_seconds: float = 300) -> dict[str, Any]:
+        """Lease the next PENDING step of the run; NO_PENDING_STEPS when there is none."""
+        claimed = self.claim_steps(run_id, worker_id, 1, ttl_seconds)
+        if not claimed:
+            raise CassetteError(ErrorCode.NO_PENDING_STEPS, f"run {run_id!r} has no pending step")
+        return claimed[0]
+
+    def claim_steps(
+        self, run_id: str, worker_id: str, n: int, ttl_seconds: float = 300
+    ) -> list[dict[str, Any]]:
+        """Lease up to n steps in claim order in one transaction, each with its own token."""
+        _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
+        _name(worker_id, ErrorCode.INVALID_WORKER, "worker_id")
+        if _integer(n, ErrorCode.INVALID_ARGUMENT, "n") < 1:
+            raise CassetteError(ErrorCode.INVALID_ARGUMENT, "n must be at least 1")
+        ttl = _ttl_ms(ttl_seconds)
+        claimed: list[dict[str, Any]] = []
+        with write_transaction(self.conn) as conn:
+            expires = self.now_ms() + ttl
+            for _ in range(n):
+                row = conn.execute(
+                    _CLAIM, {"worker": worker_id, "expires": expires, "run": run_id}
+                ).fetchone()
+                if row is None:
+                    break
+                claimed.append(
+                    {
+                        "step_id": row[0],
+                        "job_id": row[1],
+                        "message_id": row[2],
+                        "ordinal": row[3],
+                        "payload": payloads.loads(row[4]),
+                        "fencing_token": row[5],
+                        "lease_expires_at": row[6],
+                        "run_id": run_id,
+                        "worker_id": worker_id,
+                    }
+                )
+        return claimed
+
+    # ------------------------------------------------------------- completes
+
+    def complete_step(
+        self,
+        run_id: str,
+        step_id: int,
+        worker_id: str,
+        fencing_token: int,
+        receipt_payload: dict[str, Any],
+        outcome: str,
+    ) -> int:
+        """Insert the step's one receipt (which commits it); return the receipt_id."""
+        return self.complete_steps(
+            [(run_id, step_id, worker_id, fencing_token, receipt_payload, outcome)]
+        )[0]
+
+    def complete_steps(
+        self, items: list[tuple[str, int, str, int, dict[str, Any], str]]
+    ) -> list[int]:
+        """Complete several steps in one transaction; a refused item refuses the batch."""
+        prepared = []
+        for run_id, step_id, worker_id, token, receipt, outcome in items:
+            _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
+            _integer(step_id, ErrorCode.STEP_NOT_FOUND, "step_id")
+            _name(worker_id, ErrorCode.INVALID_WORKER, "worker_id")
+            _integer(token, ErrorCode.INVALID_TOKEN, "fencing_token")
+            if outcome not in OUTCOMES:
+                raise CassetteError(
+                    ErrorCode.INVALID_OUTCOME, f"outcome must be one of {', '.join(OUTCOMES)}"
+                )
+            prepared.append(
+                {
+                    "run": run_id,
+                    "step": step_id,
+                    "worker": worker_id,
+                    "token": token,
+                    "outcome": outcome,
+                    "receipt": payloads.encode_object(receipt, "receipt"),
+                }
+            )
+        receipt_ids: list[int] = []
+        with write_transaction(self.conn) as conn:
+            now = self.now_ms()
+            for index, params in enumerate(prepared):
+                try:
+                    row = conn.execute(_COMPLETE, {**params, "now": now}).fetchone()
+                except sqlite3.Error as exc:
+                    if len(prepared) > 1:
+                        from .errors import translate
+
+                        error = translate(exc)
+                        error.detail["index"] = index
+                        raise error from exc
+                    raise
+                if row is None:
+                    error = CassetteError(ErrorCode.STEP_NOT_FOUND, f"no step {params['step']}")
+                    if len(prepared) > 1:
+                        error.detail["index"] = index
+                    raise error
+                receipt_ids.append(int(row[0]))
+        return receipt_ids
+
+    # -------------------------------------------------------------- requeues
+
+    def requeue(
+        self,
+        run_id: str,
+        step_id: int | None = None,
+        *,
+        worker_id: str | None = None,
+        fencing_token: int | None = None,
+        max_attempts: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Return expired leases of the run (or one step) to PENDING.
+
+        With ``worker_id`` and ``fencing_token`` the lease holder releases its
+        own step before expiry. With ``max_attempts`` a step whose token has
+        reached it is closed with an ABORTED receipt instead of requeued.
+        """
+        _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
+        if step_id is not None:
+            _integer(step_id, ErrorCode.STEP_NOT_FOUND, "step_id")
+        if max_attempts is not None and _integer(max_attempts, ErrorCode.INVALID_ARGUMENT, "max_attempts") < 1:
+            raise CassetteError(ErrorCode.INVALID_ARGUMENT, "max_attempts must be at least 1")
+        if worker_id is not None:
+            if step_id is None or fencing_token is None:
+                raise CassetteError(
+                    ErrorCode.INVALID_ARGUMENT, "a release names the step and the holder's token"
+                )
+            return [self._release(run_id, step_id, worker_id, fencing_token)]
+        with write_transaction(self.conn) as conn:
+            now = self.now_ms()
+            if step_id is not None:
+                self._check_requeueable(conn, run_id, step_id, now)
+            rows = conn.execute(
+                "SELECT step_id, job_id, lease_owner, fencing_token FROM cassette_steps"
+                " WHERE run_id = ? AND status = 'LEASED' AND lease_expires_at <= ?"
+                " AND (? IS NULL OR step_id = ?) ORDER BY step_id",
+                (run_id, now, step_id, step_id),
+            ).fetchall()
+            done = []
+            for sid, job_id, owner, token in rows:
+                if max_attempts is not None and token >= max_attempts:
+                    conn.execute(
+                        "INSERT INTO cassette_receipts (step_id, job_id, run_id, worker_id,"
+                        " fencing_token, outcome, receipt_json, created_at)"
+                        " VALUES (?, ?, ?, ?, ?, 'ABORTED', ?, ?)",
+                        (
+                            sid,
+                            job_id,
+                            run_id,
+                            owner,
+                            token,
+                            payloads.dumps({"reason": "max_attempts", "attempts": token}),
+                            now,
+                        ),
+                    )
+                    done.append({"step_id": sid, "action": "aborted", "fencing_token": token})
+                else:
+                    conn.execute(
+                        "UPDATE cassette_steps SET status = 'PENDING', lease_owner = NULL,"
+                        " lease_expires_at = NULL WHERE step_id = ?",
+                        (sid,),
+                    )
+                    done.append({"step_id": sid, "action": "requeued", "fencing_token": token})
+        return done
+
+    @staticmethod
+    def _check_requeueable(conn: sqlite3.Connection, run_id: str, step_id: int, now: int) -> None:
+        row = conn.execute(
+            "SELECT run_id, status, lease_expires_at FROM cassette_steps WHERE step_id = ?",
+            (step_id,),
+        ).fetchone()
+        if row is None:
+            raise CassetteError(ErrorCode.STEP_NOT_FOUND, f"no step {step_id}")
+        if row[0] != run_id:
+            raise CassetteError(ErrorCode.RUN_MISMATCH, f"step {step_id} belongs to another run")
+        if row[1] != "LEASED":
+            raise CassetteError(ErrorCode.NOT_LEASED, f"step {step_id} is {row[1]}")
+        if row[2] > now:
+            raise CassetteError(
+                ErrorCode.LEASE_NOT_EXPIRED, f"step {step_id}'s lease expires at {row[2]}"
+            )
+
+    def _release(self, run_id: str, step_id: int, worker_id: str, token: int) -> dict[str, Any]:
+        _name(worker_id, ErrorCode.INVALID_WORKER, "worker_id")
+        _integer(token, ErrorCode.INVALID_TOKEN, "fencing_token")
+        with write_transaction(self.conn) as conn:
+            conn.execute(
+                "INSERT INTO cassette_releases (step_id, run_id, worker_id, fencing_token, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (step_id, run_id, worker_id, token, self.now_ms()),
+            )
+        return {"step_id": step_id, "action": "released", "fencing_token": token}
+
+    # ----------------------------------------------------------------- reads
+
+    def status(self, run_id: str) -> dict[str, Any]:
+        """Counts of steps by state, receipts by outcome, and expired leases."""
+        _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
+        conn = self.conn
+        now = self.now_ms()
+        steps = dict.fromkeys(STATUSES, 0)
+        for status, count in conn.execute(
+            "SELECT status, count(*) FROM cassette_steps WHERE run_id = ? GROUP BY status", (run_id,)
+        ):
+            steps[status] = count
+        receipts = dict.fromkeys(OUTCOMES, 0)
+        for outcome, count in conn.execute(
+            "SELECT outcome, count(*) FROM cassette_receipts WHERE run_id = ? GROUP BY outcome",
+            (run_id,),
+        ):
+            receipts[outcome] = count
+        expired = conn.execute(
+            "SELECT count(*) FROM cassette_steps"
+            " WHERE run_id = ? AND status = 'LEASED' AND lease_expires_at <= ?",
+            (run_id, now),
+        ).fetchone()[0]
+        messages = conn.execute(
+            "SELECT count(*) FROM cassette_messages WHERE run_id = ?", (run_id,)
+        ).fetchone()[0]
+        return {
+            "run_id": run_id,
+            "messages": messages,
+            "steps": steps,
+            "receipts": receipts,
+            "expired_leases": expired,
+        }
+
+    def get_step(self, step_id: int) -> dict[str, Any]:
+        row = self.conn.execute(
+            "SELECT step_id, job_id, run_id, message_id, ordinal, status, lease_owner,"
+            " lease_expires_at, fencing_token, payload_json FROM cassette_steps WHERE step_id = ?",
+            (step_id,),
+        ).fetchone()
+        if row is None:
+            raise CassetteError(ErrorCode.STEP_NOT_FOUND, f"no step {step_id}")
+        keys = ("step_id", "job_id", "run_id", "message_id", "ordinal", "status", "lease_owner",
+                "lease_expires_at", "fencing_token")
+        return {**dict(zip(keys, row[:9])), "payload": payloads.loads(row[9])}
+
+    def verify_cassette(self, run_id: str | None = None) -> VerifyReport:
+        """Check structure, the journal chain, state against history and consistency."""
+        return verify_connection(self.conn, run_id=run_id, now_ms=self.now_ms())

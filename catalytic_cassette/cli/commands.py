@@ -1,0 +1,210 @@
+"""cassette commands: parse -> call the API -> print JSON. Nothing is decided here."""
+
+from __future__ import annotations
+
+import os
+from typing import IO, TYPE_CHECKING, Any
+
+import click
+
+from .boundary import EXIT_CANNOT_VERIFY, CassetteGroup, emit
+
+if TYPE_CHECKING:
+    from ..cassette import MessageCassette
+
+
+def _open(ctx: click.Context) -> MessageCassette:
+    from ..cassette import MessageCassette
+
+    settings = ctx.find_object(Settings)
+    assert settings is not None
+    cassette = MessageCassette(settings.db, durability=settings.durability)
+    ctx.call_on_close(cassette.close)
+    return cassette
+
+
+class Settings:
+    def __init__(self, db: str, durability: str | None) -> None:
+        self.db = db
+        self.durability = durability
+
+
+def _read_object(stream: IO[bytes], what: str) -> dict[str, Any]:
+    from ..payloads import parse_object
+
+    return parse_object(stream.read(), what)
+
+
+def _parse_int(value: str | None, code_name: str, what: str) -> int | None:
+    from ..errors import CassetteError, ErrorCode
+
+    if value is None:
+        return None
+    try:
+        return int(value, 10)
+    except ValueError:
+        raise CassetteError(ErrorCode[code_name], f"{what} must be an integer, not {value!r}") from None
+
+
+def _parse_ttl(value: str) -> float:
+    from ..errors import CassetteError, ErrorCode
+
+    try:
+        return float(value)
+    except ValueError:
+        raise CassetteError(ErrorCode.INVALID_TTL, f"ttl must be a number of seconds: {value!r}") from None
+
+
+@click.group(cls=CassetteGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--db",
+    envvar="CASSETTE_DB",
+    default="cassette.db",
+    show_default=True,
+    help="Ledger file (env CASSETTE_DB). Created on first write.",
+)
+@click.option(
+    "--durability",
+    envvar="CASSETTE_DURABILITY",
+    type=click.Choice(["full", "normal"], case_sensitive=False),
+    default=None,
+    help="full (default): survives power loss. normal: survives crashes (env CASSETTE_DURABILITY).",
+)
+@click.version_option(package_name="catalytic-cassette")
+@click.pass_context
+def cli(ctx: click.Context, db: str, durability: str | None) -> None:
+    """A DB-first, tamper-evident execution ledger on SQLite.
+
+    Results are JSON on stdout. A refusal exits 1 with one line on stderr
+    holding its stable code; usage errors exit 2.
+    """
+    ctx.obj = Settings(db, durability)
+
+
+@cli.command()
+@click.pass_context
+def init(ctx: click.Context) -> None:
+    """Create the ledger (or apply pending migrations) and print its version."""
+    from ..migrate import current_version
+
+    existed = os.path.exists(ctx.find_object(Settings).db)  # type: ignore[union-attr]
+    cassette = _open(ctx)
+    emit({"db": cassette.db_path, "created": not existed, "schema_version": current_version()})
+
+
+@cli.command()
+@click.option("--json", "payload_file", type=click.File("rb"), required=True, help="Payload JSON object file, or - for stdin.")
+@click.option("--run-id", required=True, help="The run this message belongs to.")
+@click.option("--source", required=True, help="USER, PLANNER, SYSTEM or WORKER.")
+@click.option("--idempotency-key", default=None, help="Re-posting the same key and payload returns the same ids.")
+@click.pass_context
+def post(ctx: click.Context, payload_file: IO[bytes], run_id: str, source: str, idempotency_key: str | None) -> None:
+    """Post a message; print its message_id and first job_id."""
+    payload = _read_object(payload_file, "payload")
+    message_id, job_id = _open(ctx).post_message(payload, run_id, source, idempotency_key)
+    emit({"message_id": message_id, "job_id": job_id})
+
+
+@cli.command()
+@click.option("--run-id", required=True)
+@click.option("--worker", required=True, help="The worker taking the lease.")
+@click.option("--ttl", default="300", show_default=True, help="Lease length in seconds.")
+@click.pass_context
+def claim(ctx: click.Context, run_id: str, worker: str, ttl: str) -> None:
+    """Lease the next pending step of a run (NO_PENDING_STEPS when none)."""
+    emit(_open(ctx).claim_step(run_id, worker, _parse_ttl(ttl)))
+
+
+@cli.command()
+@click.option("--run-id", required=True)
+@click.option("--step", required=True, help="step_id from the claim.")
+@click.option("--worker", required=True)
+@click.option("--token", required=True, help="fencing_token from the claim.")
+@click.option("--receipt", "receipt_file", type=click.File("rb"), required=True, help="Receipt JSON object file, or -.")
+@click.option("--outcome", required=True, help="SUCCESS, FAILURE or ABORTED.")
+@click.pass_context
+def complete(
+    ctx: click.Context, run_id: str, step: str, worker: str, token: str, receipt_file: IO[bytes], outcome: str
+) -> None:
+    """Complete a leased step with its one receipt; print the receipt_id."""
+    step_id = _parse_int(step, "STEP_NOT_FOUND", "step")
+    fencing_token = _parse_int(token, "INVALID_TOKEN", "token")
+    receipt = _read_object(receipt_file, "receipt")
+    assert step_id is not None and fencing_token is not None
+    receipt_id = _open(ctx).complete_step(run_id, step_id, worker, fencing_token, receipt, outcome)
+    emit({"receipt_id": receipt_id, "step_id": step_id})
+
+
+@cli.command()
+@click.option("--run-id", required=True)
+@click.option("--step", default=None, help="Only this step.")
+@click.option("--worker", default=None, help="Release as this lease holder (needs --step and --token).")
+@click.option("--token", default=None, help="The holder's fencing_token, for a release.")
+@click.option("--max-attempts", default=None, help="Close a step with an ABORTED receipt after this many claims.")
+@click.pass_context
+def requeue(
+    ctx: click.Context, run_id: str, step: str | None, worker: str | None, token: str | None, max_attempts: str | None
+) -> None:
+    """Return expired leases (or a released step) to PENDING."""
+    result = _open(ctx).requeue(
+        run_id,
+        _parse_int(step, "STEP_NOT_FOUND", "step"),
+        worker_id=worker,
+        fencing_token=_parse_int(token, "INVALID_TOKEN", "token"),
+        max_attempts=_parse_int(max_attempts, "INVALID_ARGUMENT", "max-attempts"),
+    )
+    emit({"run_id": run_id, "steps": result})
+
+
+@cli.command()
+@click.option("--run-id", required=True)
+@click.pass_context
+def status(ctx: click.Context, run_id: str) -> None:
+    """Counts of steps by state, receipts by outcome, expired leases."""
+    emit(_open(ctx).status(run_id))
+
+
+@cli.command()
+@click.option("--run-id", default=None, help="Limit the row checks to one run (the chain is always whole).")
+@click.pass_context
+def verify(ctx: click.Context, run_id: str | None) -> None:
+    """Check the whole ledger. Exit 0 intact, 1 tampered or inconsistent, 3 cannot verify.
+
+    The JSON report goes to stdout; PASS or FAIL goes to stderr.
+    """
+    from ..errors import CassetteError
+    from ..verify import verify_path
+
+    settings = ctx.find_object(Settings)
+    assert settings is not None
+    try:
+        report = verify_path(settings.db, run_id=run_id)
+    except CassetteError as error:
+        error.exit_code = EXIT_CANNOT_VERIFY
+        raise
+    emit(report.to_dict())
+    for finding in report.findings:
+        where = f" seq={finding.seq}" if finding.seq is not None else ""
+        row = f" {finding.table}[{finding.key}]" if finding.table else ""
+        click.echo(f"{finding.severity}: {finding.kind}{where}{row}: {finding.detail}", err=True)
+    if report.ok:
+        click.echo("PASS: All invariants verified", err=True)
+    else:
+        click.echo(f"FAIL: {len(report.errors)} issue(s) found", err=True)
+        ctx.exit(1)
+
+
+@cli.command()
+@click.option("--db", "demo_db", default=None, help="Write the demo ledger here instead of a temporary file.")
+@click.option("--workers", default=3, show_default=True, type=click.IntRange(1, 8))
+def demo(demo_db: str | None, workers: int) -> None:
+    """Run the main job end to end on a fresh ledger and tell what happened."""
+    from ..demo import run_demo
+
+    ok = run_demo(demo_db, workers=workers, echo=click.echo)
+    if not ok:
+        raise SystemExit(1)
+
+
+def main() -> None:
+    cli(prog_name="cassette")

@@ -1,0 +1,158 @@
+"""Open a cassette file: settings, SQL functions, migrations, TEMP triggers."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from . import sqlfiles
+from .clock import Clock, SystemClock
+from .errors import CassetteError, ErrorCode, translate
+from .hashing import LeafHasher, sql_chain_hash
+from .migrate import apply_pending, current_version, schema_version
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+DURABILITY_ENV = "CASSETTE_DURABILITY"
+_SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
+DEFAULT_BUSY_TIMEOUT_MS = 10_000
+
+
+def resolve_durability(durability: str | None) -> str:
+    value = (durability or os.environ.get(DURABILITY_ENV) or "full").lower()
+    if value not in _SYNCHRONOUS:
+        raise CassetteError(
+            ErrorCode.INVALID_ARGUMENT, f"durability must be 'full' or 'normal', not {value!r}"
+        )
+    return value
+
+
+def _check_file(path: str) -> None:
+    if path == ":memory:":
+        return
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {target.parent}")
+    if target.is_dir():
+        raise CassetteError(ErrorCode.CANNOT_OPEN, f"is a directory: {target}")
+    if target.exists():
+        try:
+            with target.open("rb") as handle:
+                header = handle.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            raise CassetteError(ErrorCode.CANNOT_OPEN, str(exc)) from exc
+        if header and header != SQLITE_HEADER:
+            raise CassetteError(ErrorCode.NOT_A_CASSETTE, f"not a SQLite database: {target}")
+    elif not os.access(target.parent, os.W_OK):
+        raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory is not writable: {target.parent}")
+
+
+def register_functions(conn: sqlite3.Connection, clock: Clock) -> None:
+    conn.create_function("cassette_now_ms", 0, clock.now_ms)
+    conn.create_function("cassette_leaf_hash", 1, LeafHasher(), deterministic=True)
+    conn.create_function("cassette_chain_hash", 3, sql_chain_hash, deterministic=True)
+
+
+def connect(
+    path: str | os.PathLike[str],
+    *,
+    clock: Clock | None = None,
+    durability: str | None = None,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    migrate: bool = True,
+) -> sqlite3.Connection:
+    """Open (creating if needed) a cassette for reading and writing."""
+    path = os.fspath(path)
+    sync = _SYNCHRONOUS[resolve_durability(durability)]
+    _check_file(path)
+    clock = clock or SystemClock()
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
+    except sqlite3.Error as exc:
+        raise translate(exc) from exc
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        version = schema_version(conn)
+        if path != ":memory:" and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {sync}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA recursive_triggers = ON")
+        register_functions(conn, clock)
+        latest = current_version()
+        if version > latest:
+            raise CassetteError(
+                ErrorCode.SCHEMA_TOO_NEW,
+                f"schema version {version} is newer than this package ({latest}); upgrade it",
+                schema_version=version,
+                supported=latest,
+            )
+        if version < latest:
+            if not migrate:
+                raise CassetteError(
+                    ErrorCode.SCHEMA_OUTDATED,
+                    f"schema version {version} needs migrations up to {latest}",
+                    schema_version=version,
+                    supported=latest,
+                )
+            apply_pending(conn, clock.now_ms())
+        for statement in sqlfiles.statements(sqlfiles.schema_sql("connection.sql")):
+            conn.execute(statement)
+    except CassetteError:
+        conn.close()
+        raise
+    except sqlite3.Error as exc:
+        conn.close()
+        raise translate(exc) from exc
+    return conn
+
+
+def connect_readonly(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """Open an existing file for reading only: no migration, no TEMP triggers."""
+    path = os.fspath(path)
+    _check_file(path)
+    if not Path(path).exists():
+        raise CassetteError(ErrorCode.CANNOT_OPEN, f"no such file: {path}")
+    try:
+        uri = Path(path).resolve().as_uri() + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise translate(exc) from exc
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {DEFAULT_BUSY_TIMEOUT_MS}")
+        schema_version(conn)
+    except CassetteError:
+        conn.close()
+        raise
+    except sqlite3.Error as exc:
+        conn.close()
+        raise translate(exc) from exc
+    return conn
+
+
+@contextmanager
+def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE ... COMMIT; any exception rolls back and is translated."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        raise _busy_or_translate(conn, exc) from exc
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise _busy_or_translate(conn, exc) from exc
+        raise
+
+
+def _busy_or_translate(conn: sqlite3.Connection, exc: sqlite3.Error) -> CassetteError:
+    error = translate(exc)
+    if error.code is ErrorCode.BUSY:
+        waited = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        error.detail["waited_ms"] = waited
+    return error

@@ -1,0 +1,95 @@
+"""The one place where sqlite3 errors become CassetteError with a stable code."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from enum import Enum
+from typing import Any
+
+
+class ErrorCode(str, Enum):
+    """Stable refusal codes. Part of the contract: never rename, only add."""
+
+    APPEND_ONLY = "APPEND_ONLY"
+    IMMUTABLE_FIELD = "IMMUTABLE_FIELD"
+    ILLEGAL_TRANSITION = "ILLEGAL_TRANSITION"
+    LEASE_FIELDS_LOCKED = "LEASE_FIELDS_LOCKED"
+    NOT_LEASED = "NOT_LEASED"
+    WRONG_WORKER = "WRONG_WORKER"
+    STALE_FENCING_TOKEN = "STALE_FENCING_TOKEN"
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+    LEASE_NOT_EXPIRED = "LEASE_NOT_EXPIRED"
+    RECEIPT_REQUIRED = "RECEIPT_REQUIRED"
+    STEP_NOT_FOUND = "STEP_NOT_FOUND"
+    RUN_MISMATCH = "RUN_MISMATCH"
+    NO_PENDING_STEPS = "NO_PENDING_STEPS"
+    INVALID_SOURCE = "INVALID_SOURCE"
+    INVALID_OUTCOME = "INVALID_OUTCOME"
+    INVALID_PAYLOAD = "INVALID_PAYLOAD"
+    INVALID_TTL = "INVALID_TTL"
+    INVALID_TOKEN = "INVALID_TOKEN"
+    INVALID_RUN_ID = "INVALID_RUN_ID"
+    INVALID_WORKER = "INVALID_WORKER"
+    INVALID_INTENT = "INVALID_INTENT"
+    INVALID_ORDINAL = "INVALID_ORDINAL"
+    INVALID_STATUS = "INVALID_STATUS"
+    INVALID_IDEMPOTENCY_KEY = "INVALID_IDEMPOTENCY_KEY"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    IDEMPOTENCY_CONFLICT = "IDEMPOTENCY_CONFLICT"
+    DUPLICATE_RECEIPT = "DUPLICATE_RECEIPT"
+    REFERENCE_MISSING = "REFERENCE_MISSING"
+    REFERENCE_MISMATCH = "REFERENCE_MISMATCH"
+    OUT_OF_ORDER = "OUT_OF_ORDER"
+    JOURNAL_REQUIRED = "JOURNAL_REQUIRED"
+    JOURNAL_BROKEN = "JOURNAL_BROKEN"
+    CONSTRAINT_VIOLATION = "CONSTRAINT_VIOLATION"
+    BUSY = "BUSY"
+    CANNOT_OPEN = "CANNOT_OPEN"
+    NOT_A_CASSETTE = "NOT_A_CASSETTE"
+    SCHEMA_TOO_NEW = "SCHEMA_TOO_NEW"
+    SCHEMA_OUTDATED = "SCHEMA_OUTDATED"
+    MIGRATION_FAILED = "MIGRATION_FAILED"
+    DATABASE_ERROR = "DATABASE_ERROR"
+
+
+class CassetteError(Exception):
+    """A refusal with a stable code. The sqlite3 error, if any, is ``__cause__``."""
+
+    exit_code = 1  # what the CLI exits with; verify raises it to 3 ("cannot verify")
+
+    def __init__(self, code: ErrorCode, message: str, **detail: Any) -> None:
+        super().__init__(f"{code.value}: {message}")
+        self.code = code
+        self.message = message
+        self.detail = detail
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code.value, "message": self.message, **self.detail}
+
+
+_RAISED = re.compile(r"^([A-Z][A-Z_]+): (.*)$", re.DOTALL)
+_CHECK = re.compile(r"^CHECK constraint failed: ([A-Z][A-Z_]+)")
+_CODES = {code.value: code for code in ErrorCode}
+
+
+def translate(exc: sqlite3.Error) -> CassetteError:
+    """Map a sqlite3 error to a CassetteError; call as ``raise translate(e) from e``."""
+    text = str(exc)
+    raised = _RAISED.match(text)
+    if raised and raised.group(1) in _CODES:
+        return CassetteError(_CODES[raised.group(1)], raised.group(2))
+    check = _CHECK.match(text)
+    if check and check.group(1) in _CODES:
+        return CassetteError(_CODES[check.group(1)], f"refused by CHECK constraint {check.group(1)}")
+    name = getattr(exc, "sqlite_errorname", "")
+    if name.startswith("SQLITE_BUSY") or name.startswith("SQLITE_LOCKED"):
+        return CassetteError(ErrorCode.BUSY, f"the database is locked ({text})")
+    if name == "SQLITE_NOTADB":
+        return CassetteError(ErrorCode.NOT_A_CASSETTE, "the file is not a SQLite database")
+    if name == "SQLITE_CANTOPEN":
+        return CassetteError(ErrorCode.CANNOT_OPEN, text)
+    if isinstance(exc, sqlite3.IntegrityError):
+        return CassetteError(ErrorCode.CONSTRAINT_VIOLATION, text)
+    return CassetteError(ErrorCode.DATABASE_ERROR, text)

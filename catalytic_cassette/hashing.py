@@ -1,0 +1,48 @@
+"""Journal hashes (LAW.md, "Journal encoding").
+
+leaf  = SHA-256(0x00 || body)                       (RFC 9162 leaf hash)
+chain = SHA-256(0x02 || seq as u64 big-endian || prev_chain || leaf)
+The chain before the first entry is 32 zero bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+ZERO_HASH = bytes(32)
+_SEQ = struct.Struct(">Q")
+
+
+def leaf_hash(body: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + body).digest()
+
+
+def chain_hash(seq: int, prev: bytes, leaf: bytes) -> bytes:
+    return hashlib.sha256(b"\x02" + _SEQ.pack(seq) + prev + leaf).digest()
+
+
+class LeafHasher:
+    """``cassette_leaf_hash`` for SQLite, remembering the last body.
+
+    The journaling trigger and the journal guard hash the same body in one
+    statement; the one-entry memo halves that work.
+    """
+
+    def __init__(self) -> None:
+        self._body: str | None = None
+        self._leaf = b""
+
+    def __call__(self, body: str | None) -> bytes | None:
+        if body is None:
+            return None
+        if body != self._body:
+            self._leaf = leaf_hash(body.encode("utf-8"))
+            self._body = body
+        return self._leaf
+
+
+def sql_chain_hash(seq: int | None, prev: bytes | None, leaf: bytes | None) -> bytes | None:
+    if seq is None or prev is None or leaf is None or seq < 0:
+        return None
+    return chain_hash(seq, bytes(prev), bytes(leaf))

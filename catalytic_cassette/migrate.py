@@ -1,0 +1,65 @@
+"""Schema migrations: each one and its bookkeeping commit together, or nothing does."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+from . import sqlfiles
+from .errors import CassetteError, ErrorCode
+
+APPLICATION_ID = 0x43535454  # "CSTT": marks a file as a catalytic-cassette ledger
+
+
+def current_version() -> int:
+    return len(sqlfiles.migrations())
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """0 for an empty file; refuses a file that is not a cassette."""
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    if app_id == APPLICATION_ID:
+        row = conn.execute("SELECT max(version) FROM cassette_migrations").fetchone()
+        return int(row[0] or 0)
+    has_tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    if app_id == 0 and not has_tables:
+        return 0
+    raise CassetteError(ErrorCode.NOT_A_CASSETTE, "the database is not a catalytic-cassette ledger")
+
+
+def apply_pending(conn: sqlite3.Connection, now_ms: int) -> list[int]:
+    """Apply every pending migration in one IMMEDIATE transaction; return the versions."""
+    applied: list[int] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = schema_version(conn)  # re-read under the write lock
+        for migration in sqlfiles.migrations()[version:]:
+            for statement in sqlfiles.statements(migration.sql):
+                conn.execute(statement)
+            digest = hashlib.sha256(migration.sql.encode("utf-8")).hexdigest()
+            conn.execute(
+                "INSERT INTO cassette_migrations (version, name, sha256) VALUES (?, ?, ?)",
+                (migration.version, migration.name, digest),
+            )
+            if migration.version == 1:
+                conn.execute(
+                    "INSERT INTO cassette_meta (key, value) VALUES ('format', 'catalytic-cassette'),"
+                    " ('created_at', ?)",
+                    (str(now_ms),),
+                )
+            applied.append(migration.version)
+        if applied:
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {applied[-1]}")
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if isinstance(exc, CassetteError):
+            raise
+        if isinstance(exc, sqlite3.Error):
+            raise CassetteError(
+                ErrorCode.MIGRATION_FAILED, f"migration failed, nothing was changed: {exc}"
+            ) from exc
+        raise
+    return applied

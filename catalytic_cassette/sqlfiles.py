@@ -1,0 +1,74 @@
+"""Find and split the SQL files shipped with the package.
+
+In a wheel, ``schema/`` and ``migrations/`` live inside the package (see
+pyproject.toml). In a source checkout they sit at the top level, beside it.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+_MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+def _folder(name: str) -> Traversable:
+    packaged = resources.files("catalytic_cassette").joinpath(name)
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parent.parent / name
+    if checkout.is_dir():
+        return checkout
+    raise FileNotFoundError(f"catalytic_cassette: SQL folder {name!r} is not installed")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+@lru_cache(maxsize=None)
+def migrations() -> tuple[Migration, ...]:
+    found = []
+    for entry in _folder("migrations").iterdir():
+        match = _MIGRATION_NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text("utf-8")))
+    found.sort(key=lambda m: m.version)
+    for expected, migration in enumerate(found, start=1):
+        if migration.version != expected:
+            raise RuntimeError(f"migration versions must be 1..n without gaps: {migration.name}")
+    return tuple(found)
+
+
+@lru_cache(maxsize=None)
+def schema_sql(name: str) -> str:
+    return _folder("schema").joinpath(name).read_text("utf-8")
+
+
+def statements(script: str) -> list[str]:
+    """Split a script into complete statements (``executescript`` would COMMIT)."""
+    result: list[str] = []
+    current: list[str] = []
+    for line in script.splitlines(keepends=True):
+        current.append(line)
+        candidate = "".join(current)
+        if sqlite3.complete_statement(candidate):
+            text = candidate.strip()
+            if _has_code(text):
+                result.append(text)
+            current = []
+    if _has_code("".join(current)):
+        raise ValueError("incomplete SQL statement at end of script")
+    return result
+
+
+def _has_code(text: str) -> bool:
+    return any(line.strip() and not line.strip().startswith("--") for line in text.splitlines())

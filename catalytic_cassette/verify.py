@@ -1,0 +1,374 @@
+"""verify: structure, the journal chain, state against history, consistency.
+
+Reads only; streams the journal row by row, so memory stays constant.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from . import sqlfiles
+from .hashing import ZERO_HASH, chain_hash, leaf_hash
+from .migrate import current_version, schema_version
+
+MAX_FINDINGS_PER_KIND = 100
+
+# Every journaled table: its key column and its columns in journal-body order.
+LEDGER_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "cassette_messages": (
+        "message_id",
+        ("message_id", "run_id", "source", "idempotency_key", "payload_json", "created_at"),
+    ),
+    "cassette_jobs": (
+        "job_id",
+        ("job_id", "message_id", "run_id", "intent", "ordinal", "created_at"),
+    ),
+    "cassette_steps": (
+        "step_id",
+        (
+            "step_id", "job_id", "run_id", "message_id", "job_ordinal", "ordinal", "status",
+            "lease_owner", "lease_expires_at", "fencing_token", "payload_json", "created_at",
+        ),
+    ),
+    "cassette_receipts": (
+        "receipt_id",
+        (
+            "receipt_id", "step_id", "job_id", "run_id", "worker_id", "fencing_token", "outcome",
+            "receipt_json", "created_at",
+        ),
+    ),
+    "cassette_releases": (
+        "release_id",
+        ("release_id", "step_id", "run_id", "worker_id", "fencing_token", "created_at"),
+    ),
+}
+MUTABLE_TABLES = frozenset({"cassette_steps"})
+
+UNANCHORED_NOTE = (
+    "no anchor given: someone who can write the file and recomputes the whole chain "
+    "cannot be detected by a local verify"
+)
+
+
+@dataclass
+class Finding:
+    kind: str
+    detail: str
+    seq: int | None = None
+    table: str | None = None
+    key: Any = None
+    severity: str = "error"
+
+
+@dataclass
+class VerifyReport:
+    findings: list[Finding] = field(default_factory=list)
+    journal_rows: int = 0
+    suppressed: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "journal_rows": self.journal_rows,
+            "findings": [asdict(f) for f in self.findings],
+            "suppressed": self.suppressed,
+            "notes": self.notes,
+        }
+
+
+class _Collector:
+    def __init__(self, report: VerifyReport) -> None:
+        self.report = report
+        self.per_kind: Counter[str] = Counter()
+
+    def add(self, finding: Finding) -> None:
+        self.per_kind[finding.kind] += 1
+        if self.per_kind[finding.kind] <= MAX_FINDINGS_PER_KIND:
+            self.report.findings.append(finding)
+        else:
+            self.report.suppressed[finding.kind] = self.per_kind[finding.kind] - MAX_FINDINGS_PER_KIND
+
+
+def verify_connection(
+    conn: sqlite3.Connection, *, run_id: str | None = None, now_ms: int
+) -> VerifyReport:
+    report = VerifyReport(notes=[UNANCHORED_NOTE])
+    out = _Collector(report)
+    structure_ok = _check_structure(conn, out)
+    report.journal_rows = _check_chain(conn, out)
+    if structure_ok:
+        _check_state(conn, out, run_id)
+        _check_consistency(conn, out, run_id, now_ms)
+    else:
+        report.notes.append("schema differs from the migrations: state and consistency not checked")
+    return report
+
+
+def verify_path(path: str, *, run_id: str | None = None, now_ms: int | None = None) -> VerifyReport:
+    """Verify a ledger file through a read-only connection (nothing is migrated or written)."""
+    from .clock import SystemClock
+    from .connection import connect_readonly
+    from .errors import CassetteError, ErrorCode
+
+    conn = connect_readonly(path)
+    try:
+        version = schema_version(conn)
+        if version == 0:
+            raise CassetteError(ErrorCode.NOT_A_CASSETTE, f"{path} is an empty database")
+        if version > current_version():
+            raise CassetteError(
+                ErrorCode.SCHEMA_TOO_NEW,
+                f"schema version {version} is newer than this package ({current_version()})",
+            )
+        now = SystemClock().now_ms() if now_ms is None else now_ms
+        return verify_connection(conn, run_id=run_id, now_ms=now)
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------ 1. structure
+
+
+@lru_cache(maxsize=1)
+def expected_schema() -> tuple[tuple[str, str, str, str], ...]:
+    """(type, name, tbl_name, sql) of every object the migrations create."""
+    memory = sqlite3.connect(":memory:")
+    try:
+        for migration in sqlfiles.migrations():
+            for statement in sqlfiles.statements(migration.sql):
+                memory.execute(statement)
+        return tuple(_schema_rows(memory))
+    finally:
+        memory.close()
+
+
+def _schema_rows(conn: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
+    rows = conn.execute(
+        "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_master"
+        " WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
+    ).fetchall()
+    return [(str(a), str(b), str(c), str(d)) for a, b, c, d in rows]
+
+
+def _check_structure(conn: sqlite3.Connection, out: _Collector) -> bool:
+    ok = True
+    problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
+    if problems != ["ok"]:
+        ok = False
+        for problem in problems[:MAX_FINDINGS_PER_KIND]:
+            out.add(Finding("corrupt", str(problem)))
+    version = conn.execute("SELECT max(version) FROM cassette_migrations").fetchone()[0]
+    if version != current_version():
+        ok = False
+        out.add(Finding("schema_version", f"schema version {version}, expected {current_version()}"))
+    expected = {(row[0], row[1]): row for row in expected_schema()}
+    actual = {(row[0], row[1]): row for row in _schema_rows(conn)}
+    for key, row in expected.items():
+        if key not in actual:
+            ok = False
+            out.add(Finding("schema_missing", f"{row[0]} {row[1]} is missing", table=row[2]))
+        elif actual[key] != row:
+            ok = False
+            out.add(Finding("schema_changed", f"{row[0]} {row[1]} was changed", table=row[2]))
+    for key, row in actual.items():
+        if key not in expected:
+            ok = False
+            out.add(Finding("schema_extra", f"{row[0]} {row[1]} is not part of the schema", table=row[2]))
+    return ok
+
+
+# ---------------------------------------------------------------------- 2. chain
+
+
+def _check_chain(conn: sqlite3.Connection, out: _Collector) -> int:
+    expected_seq = 0
+    prev = ZERO_HASH
+    cursor = conn.execute("SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal ORDER BY seq")
+    for seq, body, leaf, chain in cursor:
+        if seq != expected_seq:
+            out.add(Finding("journal_gap", f"expected seq {expected_seq}, found {seq}", seq=seq))
+            expected_seq = seq
+        body_bytes = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        if leaf != leaf_hash(body_bytes):
+            table, key = _body_identity(body)
+            out.add(Finding("leaf_hash", "leaf_hash does not match the body", seq, table, key))
+        if chain != chain_hash(seq, prev, leaf if isinstance(leaf, bytes) else b""):
+            table, key = _body_identity(body)
+            out.add(Finding("chain_hash", "chain_hash does not link to the previous entry", seq, table, key))
+        prev = chain if isinstance(chain, bytes) else b""
+        expected_seq += 1
+    return expected_seq
+
+
+def _body_identity(body: Any) -> tuple[str | None, Any]:
+    from .payloads import loads
+
+    try:
+        parsed = loads(body)
+        return parsed.get("table"), parsed.get("key")
+    except Exception:  # a tampered body may not even be JSON
+        return None, None
+
+
+# ---------------------------------------------------------------------- 3. state
+
+
+def _row_matches_sql(table: str, columns: Iterable[str]) -> str:
+    compare = " AND ".join(f"json_extract(l.body, '$.row.{c}') IS t.{c}" for c in columns)
+    return compare
+
+
+def _check_state(conn: sqlite3.Connection, out: _Collector, run_id: str | None) -> None:
+    for table, (key, columns) in LEDGER_TABLES.items():
+        run_filter = "" if run_id is None else " AND t.run_id = :run"
+        latest = (
+            "SELECT seq, body FROM cassette_journal j"
+            f" WHERE j.tbl = '{table}' AND j.row_key = t.{key} ORDER BY seq DESC LIMIT 1"
+        )
+        query = (
+            f"SELECT t.{key}, (SELECT seq FROM ({latest})),"
+            f" EXISTS (SELECT 1 FROM ({latest}) l WHERE {_row_matches_sql(table, columns)}"
+            f" AND json_extract(l.body, '$.key') IS t.{key})"
+            f" FROM {table} t WHERE 1{run_filter}"
+        )
+        for row_key, seq, matches in conn.execute(query, {"run": run_id}):
+            if seq is None:
+                out.add(Finding("unjournaled_row", "row has no journal entry", None, table, row_key))
+            elif not matches:
+                out.add(Finding("state_mismatch", "row differs from its latest journal entry", seq, table, row_key))
+        if table not in MUTABLE_TABLES:
+            dup = (
+                f"SELECT row_key, max(seq), count(*) FROM cassette_journal WHERE tbl = '{table}'"
+                " GROUP BY row_key HAVING count(*) > 1"
+            )
+            for row_key, seq, count in conn.execute(dup):
+                out.add(Finding("journal_duplicate", f"{count} journal entries for an append-only row", seq, table, row_key))
+        missing = (
+            f"SELECT j.row_key, max(j.seq) FROM cassette_journal j WHERE j.tbl = '{table}'"
+            f" AND NOT EXISTS (SELECT 1 FROM {table} t WHERE t.{key} = j.row_key)"
+            f" GROUP BY j.row_key"
+        )
+        for row_key, seq in conn.execute(missing):
+            if run_id is None or _journal_run(conn, seq) == run_id:
+                out.add(Finding("row_missing", "journaled row is missing from its table", seq, table, row_key))
+    unknown = (
+        "SELECT seq, tbl FROM cassette_journal WHERE tbl IS NULL OR tbl NOT IN ("
+        + ", ".join(f"'{t}'" for t in LEDGER_TABLES)
+        + ")"
+    )
+    for seq, tbl in conn.execute(unknown):
+        out.add(Finding("journal_unknown_table", f"journal entry names table {tbl!r}", seq, tbl))
+
+
+def _journal_run(conn: sqlite3.Connection, seq: int) -> Any:
+    return conn.execute(
+        "SELECT json_extract(body, '$.row.run_id') FROM cassette_journal WHERE seq = ?", (seq,)
+    ).fetchone()[0]
+
+
+# ---------------------------------------------------------------- 4. consistency
+
+_CONSISTENCY: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "committed_without_receipt",
+        "cassette_steps",
+        "SELECT s.step_id FROM cassette_steps s WHERE s.status = 'COMMITTED'{run_s}"
+        " AND NOT EXISTS (SELECT 1 FROM cassette_receipts r WHERE r.step_id = s.step_id)",
+        "a COMMITTED step has no receipt",
+    ),
+    (
+        "receipt_mismatch",
+        "cassette_receipts",
+        "SELECT r.receipt_id FROM cassette_receipts r JOIN cassette_steps s ON s.step_id = r.step_id"
+        " WHERE (s.status IS NOT 'COMMITTED' OR r.worker_id IS NOT s.lease_owner"
+        " OR r.fencing_token IS NOT s.fencing_token OR r.job_id IS NOT s.job_id"
+        " OR r.run_id IS NOT s.run_id){run_r}",
+        "the receipt does not match its step's state, worker, token, job or run",
+    ),
+    (
+        "orphan",
+        "cassette_receipts",
+        "SELECT r.receipt_id FROM cassette_receipts r WHERE NOT EXISTS"
+        " (SELECT 1 FROM cassette_steps s WHERE s.step_id = r.step_id){run_r}",
+        "the receipt's step does not exist",
+    ),
+    (
+        "orphan",
+        "cassette_steps",
+        "SELECT s.step_id FROM cassette_steps s WHERE NOT EXISTS"
+        " (SELECT 1 FROM cassette_jobs j WHERE j.job_id = s.job_id AND j.message_id = s.message_id"
+        " AND j.ordinal = s.job_ordinal AND j.run_id = s.run_id){run_s}",
+        "the step's job does not exist or does not match",
+    ),
+    (
+        "orphan",
+        "cassette_jobs",
+        "SELECT j.job_id FROM cassette_jobs j WHERE NOT EXISTS"
+        " (SELECT 1 FROM cassette_messages m WHERE m.message_id = j.message_id"
+        " AND m.run_id = j.run_id){run_j}",
+        "the job's message does not exist or belongs to another run",
+    ),
+    (
+        "empty_message",
+        "cassette_messages",
+        "SELECT m.message_id FROM cassette_messages m WHERE NOT EXISTS"
+        " (SELECT 1 FROM cassette_jobs j WHERE j.message_id = m.message_id){run_m}",
+        "the message has no job",
+    ),
+    (
+        "empty_job",
+        "cassette_jobs",
+        "SELECT j.job_id FROM cassette_jobs j WHERE NOT EXISTS"
+        " (SELECT 1 FROM cassette_steps s WHERE s.job_id = j.job_id){run_j}",
+        "the job has no step",
+    ),
+    (
+        "release_mismatch",
+        "cassette_releases",
+        "SELECT x.release_id FROM cassette_releases x WHERE NOT EXISTS"
+        " (SELECT 1 FROM cassette_steps s WHERE s.step_id = x.step_id AND s.run_id = x.run_id"
+        " AND s.fencing_token >= x.fencing_token){run_x}",
+        "the release does not match its step",
+    ),
+)
+
+
+def _check_consistency(
+    conn: sqlite3.Connection, out: _Collector, run_id: str | None, now_ms: int
+) -> None:
+    filters = {
+        alias: ("" if run_id is None else f" AND {alias[-1]}.run_id = :run")
+        for alias in ("run_s", "run_r", "run_j", "run_m", "run_x")
+    }
+    for kind, table, query, detail in _CONSISTENCY:
+        for (key,) in conn.execute(query.format(**filters), {"run": run_id}):
+            out.add(Finding(kind, detail, None, table, key))
+    expired = (
+        "SELECT step_id, lease_owner, lease_expires_at FROM cassette_steps s"
+        " WHERE status = 'LEASED' AND lease_expires_at <= :now" + filters["run_s"]
+    )
+    for step_id, owner, expires in conn.execute(expired, {"now": now_ms, "run": run_id}):
+        out.add(
+            Finding(
+                "lease_expired",
+                f"lease of {owner!r} expired at {expires}; requeue it",
+                None,
+                "cassette_steps",
+                step_id,
+                severity="warning",
+            )
+        )

@@ -1,0 +1,145 @@
+-- Installed as TEMP triggers on every package connection, after the schema is
+-- current. They hold the rules that need the package's SQL functions:
+--   cassette_now_ms()                 the ledger clock (integer UTC epoch ms)
+--   cassette_leaf_hash(body)          SHA-256(0x00 || body)
+--   cassette_chain_hash(seq, prev, leaf)
+--
+-- Why TEMP and not in the file: SQLite resolves every function of every trigger
+-- of a table when a statement on that table is prepared. A persistent trigger
+-- calling a registered function would make a raw connection fail with "no such
+-- function" before any guard could report its precise code. The persistent
+-- `*_journaled` triggers refuse any ledger write that these triggers did not
+-- journal (JOURNAL_REQUIRED), so a connection without them still fails closed.
+-- SQLite runs TEMP triggers before the main schema's triggers of the same event.
+
+-- ------------------------------------------------------------ clock rules
+
+CREATE TEMP TRIGGER cassette_steps_clock_guard BEFORE UPDATE ON main.cassette_steps
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_TTL: a lease must expire in the future')
+    WHERE OLD.status = 'PENDING' AND NEW.status IS 'LEASED'
+      AND typeof(NEW.lease_expires_at) = 'integer'
+      AND NEW.lease_expires_at <= cassette_now_ms();
+    SELECT RAISE(ABORT, 'INVALID_TTL: a lease may last at most 30 days')
+    WHERE OLD.status = 'PENDING' AND NEW.status IS 'LEASED'
+      AND typeof(NEW.lease_expires_at) = 'integer'
+      AND NEW.lease_expires_at > cassette_now_ms() + 2592000000;
+    SELECT RAISE(ABORT, 'LEASE_NOT_EXPIRED: only an expired or released lease is requeued')
+    WHERE OLD.status = 'LEASED' AND NEW.status IS 'PENDING'
+      AND OLD.lease_expires_at > cassette_now_ms()
+      AND NOT EXISTS (SELECT 1 FROM cassette_releases
+                      WHERE step_id = OLD.step_id AND fencing_token = OLD.fencing_token);
+END;
+
+CREATE TEMP TRIGGER cassette_receipts_clock_guard BEFORE INSERT ON main.cassette_receipts
+WHEN NEW.outcome IS NOT 'ABORTED'
+ AND EXISTS (SELECT 1 FROM cassette_steps s
+             WHERE s.step_id = NEW.step_id AND s.status = 'LEASED'
+               AND s.fencing_token IS NEW.fencing_token AND s.lease_owner IS NEW.worker_id
+               AND s.lease_expires_at <= cassette_now_ms())
+BEGIN
+    SELECT RAISE(ABORT, 'LEASE_EXPIRED: the lease expired before the receipt; only ABORTED is accepted');
+END;
+
+-- ---------------------------------------------------------------- journal
+-- Body: canonical JSON built by SQLite with keys in a fixed order:
+-- {"table":T,"op":"INSERT"|"UPDATE","key":K,"row":{every column, in table order}}
+
+CREATE TEMP TRIGGER cassette_messages_journal AFTER INSERT ON main.cassette_messages
+BEGIN
+    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)
+    SELECT e.seq, e.body, e.leaf, cassette_chain_hash(e.seq, e.prev, e.leaf)
+    FROM (SELECT n.seq, n.prev, n.body, cassette_leaf_hash(n.body) AS leaf
+          FROM (SELECT coalesce(h.seq + 1, 0) AS seq, coalesce(h.chain_hash, zeroblob(32)) AS prev,
+                       json_object('table', 'cassette_messages', 'op', 'INSERT', 'key', NEW.message_id,
+                           'row', json_object(
+                               'message_id', NEW.message_id, 'run_id', NEW.run_id,
+                               'source', NEW.source, 'idempotency_key', NEW.idempotency_key,
+                               'payload_json', NEW.payload_json, 'created_at', NEW.created_at)) AS body
+                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
+                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+END;
+
+CREATE TEMP TRIGGER cassette_jobs_journal AFTER INSERT ON main.cassette_jobs
+BEGIN
+    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)
+    SELECT e.seq, e.body, e.leaf, cassette_chain_hash(e.seq, e.prev, e.leaf)
+    FROM (SELECT n.seq, n.prev, n.body, cassette_leaf_hash(n.body) AS leaf
+          FROM (SELECT coalesce(h.seq + 1, 0) AS seq, coalesce(h.chain_hash, zeroblob(32)) AS prev,
+                       json_object('table', 'cassette_jobs', 'op', 'INSERT', 'key', NEW.job_id,
+                           'row', json_object(
+                               'job_id', NEW.job_id, 'message_id', NEW.message_id,
+                               'run_id', NEW.run_id, 'intent', NEW.intent,
+                               'ordinal', NEW.ordinal, 'created_at', NEW.created_at)) AS body
+                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
+                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+END;
+
+CREATE TEMP TRIGGER cassette_steps_journal AFTER INSERT ON main.cassette_steps
+BEGIN
+    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)
+    SELECT e.seq, e.body, e.leaf, cassette_chain_hash(e.seq, e.prev, e.leaf)
+    FROM (SELECT n.seq, n.prev, n.body, cassette_leaf_hash(n.body) AS leaf
+          FROM (SELECT coalesce(h.seq + 1, 0) AS seq, coalesce(h.chain_hash, zeroblob(32)) AS prev,
+                       json_object('table', 'cassette_steps', 'op', 'INSERT', 'key', NEW.step_id,
+                           'row', json_object(
+                               'step_id', NEW.step_id, 'job_id', NEW.job_id, 'run_id', NEW.run_id,
+                               'message_id', NEW.message_id, 'job_ordinal', NEW.job_ordinal,
+                               'ordinal', NEW.ordinal, 'status', NEW.status,
+                               'lease_owner', NEW.lease_owner, 'lease_expires_at', NEW.lease_expires_at,
+                               'fencing_token', NEW.fencing_token, 'payload_json', NEW.payload_json,
+                               'created_at', NEW.created_at)) AS body
+                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
+                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+END;
+
+CREATE TEMP TRIGGER cassette_steps_journal_update AFTER UPDATE ON main.cassette_steps
+BEGIN
+    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)
+    SELECT e.seq, e.body, e.leaf, cassette_chain_hash(e.seq, e.prev, e.leaf)
+    FROM (SELECT n.seq, n.prev, n.body, cassette_leaf_hash(n.body) AS leaf
+          FROM (SELECT coalesce(h.seq + 1, 0) AS seq, coalesce(h.chain_hash, zeroblob(32)) AS prev,
+                       json_object('table', 'cassette_steps', 'op', 'UPDATE', 'key', NEW.step_id,
+                           'row', json_object(
+                               'step_id', NEW.step_id, 'job_id', NEW.job_id, 'run_id', NEW.run_id,
+                               'message_id', NEW.message_id, 'job_ordinal', NEW.job_ordinal,
+                               'ordinal', NEW.ordinal, 'status', NEW.status,
+                               'lease_owner', NEW.lease_owner, 'lease_expires_at', NEW.lease_expires_at,
+                               'fencing_token', NEW.fencing_token, 'payload_json', NEW.payload_json,
+                               'created_at', NEW.created_at)) AS body
+                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
+                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+END;
+
+CREATE TEMP TRIGGER cassette_receipts_journal AFTER INSERT ON main.cassette_receipts
+BEGIN
+    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)
+    SELECT e.seq, e.body, e.leaf, cassette_chain_hash(e.seq, e.prev, e.leaf)
+    FROM (SELECT n.seq, n.prev, n.body, cassette_leaf_hash(n.body) AS leaf
+          FROM (SELECT coalesce(h.seq + 1, 0) AS seq, coalesce(h.chain_hash, zeroblob(32)) AS prev,
+                       json_object('table', 'cassette_receipts', 'op', 'INSERT', 'key', NEW.receipt_id,
+                           'row', json_object(
+                               'receipt_id', NEW.receipt_id, 'step_id', NEW.step_id,
+                               'job_id', NEW.job_id, 'run_id', NEW.run_id,
+                               'worker_id', NEW.worker_id, 'fencing_token', NEW.fencing_token,
+                               'outcome', NEW.outcome, 'receipt_json', NEW.receipt_json,
+                               'created_at', NEW.created_at)) AS body
+                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
+                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+END;
+
+CREATE TEMP TRIGGER cassette_releases_journal AFTER INSERT ON main.cassette_releases
+BEGIN
+    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)
+    SELECT e.seq, e.body, e.leaf, cassette_chain_hash(e.seq, e.prev, e.leaf)
+    FROM (SELECT n.seq, n.prev, n.body, cassette_leaf_hash(n.body) AS leaf
+          FROM (SELECT coalesce(h.seq + 1, 0) AS seq, coalesce(h.chain_hash, zeroblob(32)) AS prev,
+                       json_object('table', 'cassette_releases', 'op', 'INSERT', 'key', NEW.release_id,
+                           'row', json_object(
+                               'release_id', NEW.release_id, 'step_id', NEW.step_id,
+                               'run_id', NEW.run_id, 'worker_id', NEW.worker_id,
+                               'fencing_token', NEW.fencing_token,
+                               'created_at', NEW.created_at)) AS body
+                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
+                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+END;
