@@ -58,7 +58,9 @@ def _integer(value: Any, code: ErrorCode, what: str) -> int:
 
 def _ttl_ms(ttl_seconds: Any) -> int:
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
-        raise CassetteError(ErrorCode.INVALID_TTL, f"ttl must be a number of seconds: {ttl_seconds!r}")
+        raise CassetteError(
+            ErrorCode.INVALID_TTL, f"ttl must be a number of seconds: {ttl_seconds!r}"
+        )
     if not math.isfinite(ttl_seconds) or not 0.001 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise CassetteError(
             ErrorCode.INVALID_TTL, f"ttl must be between 0.001 and {MAX_TTL_SECONDS} seconds"
@@ -132,7 +134,9 @@ class MessageCassette:
             now = self.now_ms()
             for index, (payload_json, plans, run_id, source, key) in enumerate(prepared):
                 try:
-                    results.append(self._insert_post(conn, now, payload_json, plans, run_id, source, key))
+                    results.append(
+                        self._insert_post(conn, now, payload_json, plans, run_id, source, key)
+                    )
                 except CassetteError as error:
                     if len(prepared) > 1:
                         error.detail["index"] = index
@@ -145,11 +149,19 @@ class MessageCassette:
     ) -> tuple[str, list[payloads.JobPlan], str, str, str | None]:
         _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
         if source not in SOURCES:
-            raise CassetteError(ErrorCode.INVALID_SOURCE, f"source must be one of {', '.join(SOURCES)}")
+            raise CassetteError(
+                ErrorCode.INVALID_SOURCE, f"source must be one of {', '.join(SOURCES)}"
+            )
         if idempotency_key is not None:
             _name(idempotency_key, ErrorCode.INVALID_IDEMPOTENCY_KEY, "idempotency_key")
         payload_json = payloads.encode_object(payload)
-        return payload_json, payloads.plan_jobs(payload, payload_json), run_id, source, idempotency_key
+        return (
+            payload_json,
+            payloads.plan_jobs(payload, payload_json),
+            run_id,
+            source,
+            idempotency_key,
+        )
 
     def _insert_post(
         self,
@@ -171,16 +183,19 @@ class MessageCassette:
                 if found[1] != source or found[2] != payload_json:
                     raise CassetteError(
                         ErrorCode.IDEMPOTENCY_CONFLICT,
-                        "this run_id and idempotency_key were posted with another payload or source",
+                        "this run_id and idempotency_key were posted with another payload"
+                        " or source",
                         message_id=found[0],
                     )
                 job = conn.execute(
-                    "SELECT job_id FROM cassette_jobs WHERE message_id = ? ORDER BY ordinal LIMIT 1",
+                    "SELECT job_id FROM cassette_jobs WHERE message_id = ?"
+                    " ORDER BY ordinal LIMIT 1",
                     (found[0],),
                 ).fetchone()
                 return int(found[0]), int(job[0])
         message_id = conn.execute(
-            "INSERT INTO cassette_messages (run_id, source, idempotency_key, payload_json, created_at)"
+            "INSERT INTO cassette_messages"
+            " (run_id, source, idempotency_key, payload_json, created_at)"
             " VALUES (?, ?, ?, ?, ?) RETURNING message_id",
             (run_id, source, key, payload_json, now),
         ).fetchone()[0]
@@ -328,7 +343,10 @@ class MessageCassette:
         _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
         if step_id is not None:
             _integer(step_id, ErrorCode.STEP_NOT_FOUND, "step_id")
-        if max_attempts is not None and _integer(max_attempts, ErrorCode.INVALID_ARGUMENT, "max_attempts") < 1:
+        if (
+            max_attempts is not None
+            and _integer(max_attempts, ErrorCode.INVALID_ARGUMENT, "max_attempts") < 1
+        ):
             raise CassetteError(ErrorCode.INVALID_ARGUMENT, "max_attempts must be at least 1")
         if worker_id is not None:
             if step_id is None or fencing_token is None:
@@ -395,8 +413,8 @@ class MessageCassette:
         _integer(token, ErrorCode.INVALID_TOKEN, "fencing_token")
         with write_transaction(self.conn) as conn:
             conn.execute(
-                "INSERT INTO cassette_releases (step_id, run_id, worker_id, fencing_token, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO cassette_releases"
+                " (step_id, run_id, worker_id, fencing_token, created_at) VALUES (?, ?, ?, ?, ?)",
                 (step_id, run_id, worker_id, token, self.now_ms()),
             )
         return {"step_id": step_id, "action": "released", "fencing_token": token}
@@ -410,7 +428,8 @@ class MessageCassette:
         now = self.now_ms()
         steps = dict.fromkeys(STATUSES, 0)
         for status, count in conn.execute(
-            "SELECT status, count(*) FROM cassette_steps WHERE run_id = ? GROUP BY status", (run_id,)
+            "SELECT status, count(*) FROM cassette_steps WHERE run_id = ? GROUP BY status",
+            (run_id,),
         ):
             steps[status] = count
         receipts = dict.fromkeys(OUTCOMES, 0)
@@ -443,9 +462,18 @@ class MessageCassette:
         ).fetchone()
         if row is None:
             raise CassetteError(ErrorCode.STEP_NOT_FOUND, f"no step {step_id}")
-        keys = ("step_id", "job_id", "run_id", "message_id", "ordinal", "status", "lease_owner",
-                "lease_expires_at", "fencing_token")
-        return {**dict(zip(keys, row[:9])), "payload": payloads.loads(row[9])}
+        keys = (
+            "step_id",
+            "job_id",
+            "run_id",
+            "message_id",
+            "ordinal",
+            "status",
+            "lease_owner",
+            "lease_expires_at",
+            "fencing_token",
+        )
+        return {**dict(zip(keys, row[:9], strict=False)), "payload": payloads.loads(row[9])}
 
     def verify_cassette(self, run_id: str | None = None) -> VerifyReport:
         """Check structure, the journal chain, state against history and consistency."""

@@ -110,7 +110,10 @@ def connect(
 
 
 def connect_readonly(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Open an existing file for reading only: no migration, no TEMP triggers."""
+    """Open an existing SQLite file for reading only: no migration, no TEMP triggers.
+
+    The caller checks what the file holds (``migrate.schema_version``).
+    """
     path = os.fspath(path)
     _check_file(path)
     if not Path(path).exists():
@@ -120,15 +123,7 @@ def connect_readonly(path: str | os.PathLike[str]) -> sqlite3.Connection:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
     except sqlite3.Error as exc:
         raise translate(exc) from exc
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {DEFAULT_BUSY_TIMEOUT_MS}")
-        schema_version(conn)
-    except CassetteError:
-        conn.close()
-        raise
-    except sqlite3.Error as exc:
-        conn.close()
-        raise translate(exc) from exc
+    conn.execute(f"PRAGMA busy_timeout = {DEFAULT_BUSY_TIMEOUT_MS}")
     return conn
 
 

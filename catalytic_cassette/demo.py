@@ -48,7 +48,9 @@ def run_demo(db_path: str | None, *, workers: int = 3, echo: Echo = print) -> bo
     with tempfile.TemporaryDirectory(prefix="cassette-demo-") as scratch:
         path = db_path or str(Path(scratch) / "demo.db")
         if db_path and Path(db_path).exists():
-            raise CassetteError(ErrorCode.INVALID_ARGUMENT, f"{db_path} exists; the demo needs a fresh file")
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT, f"{db_path} exists; the demo needs a fresh file"
+            )
         return _story(path, workers, echo)
 
 
@@ -62,23 +64,34 @@ def _story(path: str, workers: int, echo: Echo) -> bool:
             cassette.post_message({"task": f"fetch page {n}"}, "alpha", "USER", f"alpha-{n}")
             posted += 1
         cassette.post_message(
-            {"jobs": [
-                {"intent": "research", "steps": [{"query": "sqlite wal"}, {"query": "fencing tokens"}]},
-                {"intent": "summarise", "steps": [{"format": "markdown"}]},
-            ]},
-            "alpha", "PLANNER", "alpha-plan",
+            {
+                "jobs": [
+                    {
+                        "intent": "research",
+                        "steps": [{"query": "sqlite wal"}, {"query": "fencing tokens"}],
+                    },
+                    {"intent": "summarise", "steps": [{"format": "markdown"}]},
+                ]
+            },
+            "alpha",
+            "PLANNER",
+            "alpha-plan",
         )
         posted += 1
         for n in range(12):
             cassette.post_message({"task": f"index shard {n}"}, "beta", "SYSTEM")
             posted += 1
         again = cassette.post_message({"task": "fetch page 0"}, "alpha", "USER", "alpha-0")
-        echo(f"1. Posted {posted} messages to runs alpha and beta; re-posting alpha-0 returned the "
-             f"same ids {again} and wrote nothing.")
+        echo(
+            f"1. Posted {posted} messages to runs alpha and beta; re-posting alpha-0 returned the "
+            f"same ids {again} and wrote nothing."
+        )
 
         stale = cassette.claim_step("alpha", "worker-crashed", ttl_seconds=0.5)
-        echo(f"2. worker-crashed leased step {stale['step_id']} (token {stale['fencing_token']}, "
-             "0.5 s lease) and then went silent.")
+        echo(
+            f"2. worker-crashed leased step {stale['step_id']} (token {stale['fencing_token']}, "
+            "0.5 s lease) and then went silent."
+        )
 
         context = multiprocessing.get_context("spawn")
         results = context.Queue()
@@ -100,23 +113,42 @@ def _story(path: str, workers: int, echo: Echo) -> bool:
 
         time.sleep(max(0.0, stale["lease_expires_at"] / 1000 - time.time()) + 0.05)
         requeued = cassette.requeue("alpha")
-        echo(f"4. The lease expired; requeue returned {[r['step_id'] for r in requeued]} to PENDING.")
+        echo(
+            f"4. The lease expired; requeue returned {[r['step_id'] for r in requeued]} to PENDING."
+        )
         rescue = cassette.claim_step("alpha", "worker-rescue")
-        echo(f"5. worker-rescue claimed step {rescue['step_id']} with token {rescue['fencing_token']}.")
+        echo(
+            f"5. worker-rescue claimed step {rescue['step_id']}"
+            f" with token {rescue['fencing_token']}."
+        )
         try:
-            cassette.complete_step("alpha", stale["step_id"], "worker-crashed", stale["fencing_token"],
-                                   {"late": True}, "SUCCESS")
+            cassette.complete_step(
+                "alpha",
+                stale["step_id"],
+                "worker-crashed",
+                stale["fencing_token"],
+                {"late": True},
+                "SUCCESS",
+            )
             echo("6. UNEXPECTED: the stale worker's completion was accepted.")
             return False
         except CassetteError as error:
-            echo(f"6. worker-crashed woke up and tried to complete with token "
-                 f"{stale['fencing_token']}: refused, {error.code.value}.")
-        cassette.complete_step("alpha", rescue["step_id"], "worker-rescue", rescue["fencing_token"],
-                               {"rescued": True}, "SUCCESS")
+            echo(
+                f"6. worker-crashed woke up and tried to complete with token "
+                f"{stale['fencing_token']}: refused, {error.code.value}."
+            )
+        cassette.complete_step(
+            "alpha",
+            rescue["step_id"],
+            "worker-rescue",
+            rescue["fencing_token"],
+            {"rescued": True},
+            "SUCCESS",
+        )
         echo(f"   worker-rescue then committed step {rescue['step_id']}.")
 
         raw = sqlite3.connect(path)
-        refusals = Counter()
+        refusals: Counter[str] = Counter()
         for attack in (
             "UPDATE cassette_receipts SET outcome = 'FAILURE'",
             "DELETE FROM cassette_steps",
@@ -131,14 +163,18 @@ def _story(path: str, workers: int, echo: Echo) -> bool:
                 refusals[str(exc).split(":")[0]] += 1
         raw.close()
         refused = sum(refusals.values())
-        echo(f"7. A raw sqlite3 shell tried 4 edits: {refused} refused by the database "
-             f"({', '.join(f'{k} x{v}' for k, v in sorted(refusals.items()))}).")
+        echo(
+            f"7. A raw sqlite3 shell tried 4 edits: {refused} refused by the database "
+            f"({', '.join(f'{k} x{v}' for k, v in sorted(refusals.items()))})."
+        )
 
         alpha, beta = cassette.status("alpha"), cassette.status("beta")
         committed = alpha["steps"]["COMMITTED"] + beta["steps"]["COMMITTED"]
         report = cassette.verify_cassette()
-        echo(f"8. {committed} steps committed, each with exactly one receipt; "
-             f"{report.journal_rows} journal entries in one hash chain.")
+        echo(
+            f"8. {committed} steps committed, each with exactly one receipt; "
+            f"{report.journal_rows} journal entries in one hash chain."
+        )
         elapsed = time.monotonic() - started
         if report.ok and refused == 4:
             echo(f"PASS: All invariants verified ({elapsed:.1f} s)")

@@ -82,7 +82,9 @@ def translate(exc: sqlite3.Error) -> CassetteError:
         return CassetteError(_CODES[raised.group(1)], raised.group(2))
     check = _CHECK.match(text)
     if check and check.group(1) in _CODES:
-        return CassetteError(_CODES[check.group(1)], f"refused by CHECK constraint {check.group(1)}")
+        return CassetteError(
+            _CODES[check.group(1)], f"refused by CHECK constraint {check.group(1)}"
+        )
     name = getattr(exc, "sqlite_errorname", "")
     if name.startswith("SQLITE_BUSY") or name.startswith("SQLITE_LOCKED"):
         return CassetteError(ErrorCode.BUSY, f"the database is locked ({text})")

@@ -43,8 +43,8 @@ def apply_pending(conn: sqlite3.Connection, now_ms: int) -> list[int]:
             )
             if migration.version == 1:
                 conn.execute(
-                    "INSERT INTO cassette_meta (key, value) VALUES ('format', 'catalytic-cassette'),"
-                    " ('created_at', ?)",
+                    "INSERT INTO cassette_meta (key, value)"
+                    " VALUES ('format', 'catalytic-cassette'), ('created_at', ?)",
                     (str(now_ms),),
                 )
             applied.append(migration.version)

@@ -91,7 +91,9 @@ def plan_jobs(payload: dict[str, Any], payload_json: str) -> list[JobPlan]:
             )
         steps = job.get("steps")
         if not isinstance(steps, list) or not steps:
-            raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"{where}.steps must be a non-empty array")
+            raise CassetteError(
+                ErrorCode.INVALID_PAYLOAD, f"{where}.steps must be a non-empty array"
+            )
         for step_index, step in enumerate(steps):
             require_object(step, f"{where}.steps[{step_index}]")
         plans.append(JobPlan(intent, tuple(dumps(step) for step in steps)))

@@ -9,10 +9,18 @@ from __future__ import annotations
 import re
 import sqlite3
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import sys
+
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -34,7 +42,7 @@ class Migration:
     sql: str
 
 
-@lru_cache(maxsize=None)
+@cache
 def migrations() -> tuple[Migration, ...]:
     found = []
     for entry in _folder("migrations").iterdir():
@@ -48,9 +56,10 @@ def migrations() -> tuple[Migration, ...]:
     return tuple(found)
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema_sql(name: str) -> str:
-    return _folder("schema").joinpath(name).read_text("utf-8")
+    text: str = _folder("schema").joinpath(name).read_text("utf-8")
+    return text
 
 
 def statements(script: str) -> list[str]:

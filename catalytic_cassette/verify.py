@@ -13,6 +13,9 @@ from functools import lru_cache
 from typing import Any
 
 from . import sqlfiles
+from .clock import SystemClock
+from .connection import connect_readonly
+from .errors import CassetteError, ErrorCode
 from .hashing import ZERO_HASH, chain_hash, leaf_hash
 from .migrate import current_version, schema_version
 
@@ -31,15 +34,32 @@ LEDGER_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "cassette_steps": (
         "step_id",
         (
-            "step_id", "job_id", "run_id", "message_id", "job_ordinal", "ordinal", "status",
-            "lease_owner", "lease_expires_at", "fencing_token", "payload_json", "created_at",
+            "step_id",
+            "job_id",
+            "run_id",
+            "message_id",
+            "job_ordinal",
+            "ordinal",
+            "status",
+            "lease_owner",
+            "lease_expires_at",
+            "fencing_token",
+            "payload_json",
+            "created_at",
         ),
     ),
     "cassette_receipts": (
         "receipt_id",
         (
-            "receipt_id", "step_id", "job_id", "run_id", "worker_id", "fencing_token", "outcome",
-            "receipt_json", "created_at",
+            "receipt_id",
+            "step_id",
+            "job_id",
+            "run_id",
+            "worker_id",
+            "fencing_token",
+            "outcome",
+            "receipt_json",
+            "created_at",
         ),
     ),
     "cassette_releases": (
@@ -100,7 +120,9 @@ class _Collector:
         if self.per_kind[finding.kind] <= MAX_FINDINGS_PER_KIND:
             self.report.findings.append(finding)
         else:
-            self.report.suppressed[finding.kind] = self.per_kind[finding.kind] - MAX_FINDINGS_PER_KIND
+            self.report.suppressed[finding.kind] = (
+                self.per_kind[finding.kind] - MAX_FINDINGS_PER_KIND
+            )
 
 
 def verify_connection(
@@ -108,22 +130,22 @@ def verify_connection(
 ) -> VerifyReport:
     report = VerifyReport(notes=[UNANCHORED_NOTE])
     out = _Collector(report)
-    structure_ok = _check_structure(conn, out)
+    tables_intact = _check_structure(conn, out)
     report.journal_rows = _check_chain(conn, out)
-    if structure_ok:
+    if tables_intact:
         _check_state(conn, out, run_id)
         _check_consistency(conn, out, run_id, now_ms)
     else:
-        report.notes.append("schema differs from the migrations: state and consistency not checked")
+        report.notes.append("tables differ from the migrations: state and consistency not checked")
     return report
 
 
 def verify_path(path: str, *, run_id: str | None = None, now_ms: int | None = None) -> VerifyReport:
-    """Verify a ledger file through a read-only connection (nothing is migrated or written)."""
-    from .clock import SystemClock
-    from .connection import connect_readonly
-    from .errors import CassetteError, ErrorCode
+    """Verify a ledger file through a read-only connection (nothing is migrated or written).
 
+    Raises CassetteError when the file cannot be verified at all (not a cassette,
+    newer schema); a file that is a cassette but cannot be read is a finding.
+    """
     conn = connect_readonly(path)
     try:
         version = schema_version(conn)
@@ -136,6 +158,10 @@ def verify_path(path: str, *, run_id: str | None = None, now_ms: int | None = No
             )
         now = SystemClock().now_ms() if now_ms is None else now_ms
         return verify_connection(conn, run_id=run_id, now_ms=now)
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        report = VerifyReport(notes=[UNANCHORED_NOTE])
+        report.findings.append(Finding("corrupt", f"the file cannot be read as a ledger: {exc}"))
+        return report
     finally:
         conn.close()
 
@@ -165,6 +191,7 @@ def _schema_rows(conn: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
 
 
 def _check_structure(conn: sqlite3.Connection, out: _Collector) -> bool:
+    """Report every schema difference; True when the tables themselves are intact."""
     ok = True
     problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
     if problems != ["ok"]:
@@ -174,20 +201,25 @@ def _check_structure(conn: sqlite3.Connection, out: _Collector) -> bool:
     version = conn.execute("SELECT max(version) FROM cassette_migrations").fetchone()[0]
     if version != current_version():
         ok = False
-        out.add(Finding("schema_version", f"schema version {version}, expected {current_version()}"))
+        out.add(
+            Finding("schema_version", f"schema version {version}, expected {current_version()}")
+        )
     expected = {(row[0], row[1]): row for row in expected_schema()}
     actual = {(row[0], row[1]): row for row in _schema_rows(conn)}
     for key, row in expected.items():
         if key not in actual:
-            ok = False
+            ok = ok and row[0] != "table"
             out.add(Finding("schema_missing", f"{row[0]} {row[1]} is missing", table=row[2]))
         elif actual[key] != row:
-            ok = False
+            ok = ok and row[0] != "table"
             out.add(Finding("schema_changed", f"{row[0]} {row[1]} was changed", table=row[2]))
     for key, row in actual.items():
         if key not in expected:
-            ok = False
-            out.add(Finding("schema_extra", f"{row[0]} {row[1]} is not part of the schema", table=row[2]))
+            out.add(
+                Finding(
+                    "schema_extra", f"{row[0]} {row[1]} is not part of the schema", table=row[2]
+                )
+            )
     return ok
 
 
@@ -195,20 +227,35 @@ def _check_structure(conn: sqlite3.Connection, out: _Collector) -> bool:
 
 
 def _check_chain(conn: sqlite3.Connection, out: _Collector) -> int:
+    """Stream the journal in seq order; each entry is checked against its predecessor only."""
     expected_seq = 0
     prev = ZERO_HASH
-    cursor = conn.execute("SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal ORDER BY seq")
+    conn.text_factory = bytes  # hash the stored bytes; a tampered body need not be UTF-8
+    try:
+        return _walk_chain(conn, out, expected_seq, prev)
+    finally:
+        conn.text_factory = str
+
+
+def _walk_chain(conn: sqlite3.Connection, out: _Collector, expected_seq: int, prev: bytes) -> int:
+    cursor = conn.execute(
+        "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal ORDER BY seq"
+    )
     for seq, body, leaf, chain in cursor:
         if seq != expected_seq:
             out.add(Finding("journal_gap", f"expected seq {expected_seq}, found {seq}", seq=seq))
             expected_seq = seq
-        body_bytes = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        body_bytes = body if isinstance(body, bytes) else str(body).encode("utf-8")
         if leaf != leaf_hash(body_bytes):
             table, key = _body_identity(body)
             out.add(Finding("leaf_hash", "leaf_hash does not match the body", seq, table, key))
         if chain != chain_hash(seq, prev, leaf if isinstance(leaf, bytes) else b""):
             table, key = _body_identity(body)
-            out.add(Finding("chain_hash", "chain_hash does not link to the previous entry", seq, table, key))
+            out.add(
+                Finding(
+                    "chain_hash", "chain_hash does not link to the previous entry", seq, table, key
+                )
+            )
         prev = chain if isinstance(chain, bytes) else b""
         expected_seq += 1
     return expected_seq
@@ -247,16 +294,34 @@ def _check_state(conn: sqlite3.Connection, out: _Collector, run_id: str | None) 
         )
         for row_key, seq, matches in conn.execute(query, {"run": run_id}):
             if seq is None:
-                out.add(Finding("unjournaled_row", "row has no journal entry", None, table, row_key))
+                out.add(
+                    Finding("unjournaled_row", "row has no journal entry", None, table, row_key)
+                )
             elif not matches:
-                out.add(Finding("state_mismatch", "row differs from its latest journal entry", seq, table, row_key))
+                out.add(
+                    Finding(
+                        "state_mismatch",
+                        "row differs from its latest journal entry",
+                        seq,
+                        table,
+                        row_key,
+                    )
+                )
         if table not in MUTABLE_TABLES:
             dup = (
                 f"SELECT row_key, max(seq), count(*) FROM cassette_journal WHERE tbl = '{table}'"
                 " GROUP BY row_key HAVING count(*) > 1"
             )
             for row_key, seq, count in conn.execute(dup):
-                out.add(Finding("journal_duplicate", f"{count} journal entries for an append-only row", seq, table, row_key))
+                out.add(
+                    Finding(
+                        "journal_duplicate",
+                        f"{count} journal entries for an append-only row",
+                        seq,
+                        table,
+                        row_key,
+                    )
+                )
         missing = (
             f"SELECT j.row_key, max(j.seq) FROM cassette_journal j WHERE j.tbl = '{table}'"
             f" AND NOT EXISTS (SELECT 1 FROM {table} t WHERE t.{key} = j.row_key)"
@@ -264,7 +329,15 @@ def _check_state(conn: sqlite3.Connection, out: _Collector, run_id: str | None) 
         )
         for row_key, seq in conn.execute(missing):
             if run_id is None or _journal_run(conn, seq) == run_id:
-                out.add(Finding("row_missing", "journaled row is missing from its table", seq, table, row_key))
+                out.add(
+                    Finding(
+                        "row_missing",
+                        "journaled row is missing from its table",
+                        seq,
+                        table,
+                        row_key,
+                    )
+                )
     unknown = (
         "SELECT seq, tbl FROM cassette_journal WHERE tbl IS NULL OR tbl NOT IN ("
         + ", ".join(f"'{t}'" for t in LEDGER_TABLES)
@@ -293,7 +366,8 @@ _CONSISTENCY: tuple[tuple[str, str, str, str], ...] = (
     (
         "receipt_mismatch",
         "cassette_receipts",
-        "SELECT r.receipt_id FROM cassette_receipts r JOIN cassette_steps s ON s.step_id = r.step_id"
+        "SELECT r.receipt_id FROM cassette_receipts r"
+        " JOIN cassette_steps s ON s.step_id = r.step_id"
         " WHERE (s.status IS NOT 'COMMITTED' OR r.worker_id IS NOT s.lease_owner"
         " OR r.fencing_token IS NOT s.fencing_token OR r.job_id IS NOT s.job_id"
         " OR r.run_id IS NOT s.run_id){run_r}",

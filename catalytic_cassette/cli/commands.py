@@ -43,7 +43,9 @@ def _parse_int(value: str | None, code_name: str, what: str) -> int | None:
     try:
         return int(value, 10)
     except ValueError:
-        raise CassetteError(ErrorCode[code_name], f"{what} must be an integer, not {value!r}") from None
+        raise CassetteError(
+            ErrorCode[code_name], f"{what} must be an integer, not {value!r}"
+        ) from None
 
 
 def _parse_ttl(value: str) -> float:
@@ -52,7 +54,9 @@ def _parse_ttl(value: str) -> float:
     try:
         return float(value)
     except ValueError:
-        raise CassetteError(ErrorCode.INVALID_TTL, f"ttl must be a number of seconds: {value!r}") from None
+        raise CassetteError(
+            ErrorCode.INVALID_TTL, f"ttl must be a number of seconds: {value!r}"
+        ) from None
 
 
 @click.group(cls=CassetteGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -93,12 +97,28 @@ def init(ctx: click.Context) -> None:
 
 
 @cli.command()
-@click.option("--json", "payload_file", type=click.File("rb"), required=True, help="Payload JSON object file, or - for stdin.")
+@click.option(
+    "--json",
+    "payload_file",
+    type=click.File("rb"),
+    required=True,
+    help="Payload JSON object file, or - for stdin.",
+)
 @click.option("--run-id", required=True, help="The run this message belongs to.")
 @click.option("--source", required=True, help="USER, PLANNER, SYSTEM or WORKER.")
-@click.option("--idempotency-key", default=None, help="Re-posting the same key and payload returns the same ids.")
+@click.option(
+    "--idempotency-key",
+    default=None,
+    help="Re-posting the same key and payload returns the same ids.",
+)
 @click.pass_context
-def post(ctx: click.Context, payload_file: IO[bytes], run_id: str, source: str, idempotency_key: str | None) -> None:
+def post(
+    ctx: click.Context,
+    payload_file: IO[bytes],
+    run_id: str,
+    source: str,
+    idempotency_key: str | None,
+) -> None:
     """Post a message; print its message_id and first job_id."""
     payload = _read_object(payload_file, "payload")
     message_id, job_id = _open(ctx).post_message(payload, run_id, source, idempotency_key)
@@ -120,11 +140,23 @@ def claim(ctx: click.Context, run_id: str, worker: str, ttl: str) -> None:
 @click.option("--step", required=True, help="step_id from the claim.")
 @click.option("--worker", required=True)
 @click.option("--token", required=True, help="fencing_token from the claim.")
-@click.option("--receipt", "receipt_file", type=click.File("rb"), required=True, help="Receipt JSON object file, or -.")
+@click.option(
+    "--receipt",
+    "receipt_file",
+    type=click.File("rb"),
+    required=True,
+    help="Receipt JSON object file, or -.",
+)
 @click.option("--outcome", required=True, help="SUCCESS, FAILURE or ABORTED.")
 @click.pass_context
 def complete(
-    ctx: click.Context, run_id: str, step: str, worker: str, token: str, receipt_file: IO[bytes], outcome: str
+    ctx: click.Context,
+    run_id: str,
+    step: str,
+    worker: str,
+    token: str,
+    receipt_file: IO[bytes],
+    outcome: str,
 ) -> None:
     """Complete a leased step with its one receipt; print the receipt_id."""
     step_id = _parse_int(step, "STEP_NOT_FOUND", "step")
@@ -138,12 +170,23 @@ def complete(
 @cli.command()
 @click.option("--run-id", required=True)
 @click.option("--step", default=None, help="Only this step.")
-@click.option("--worker", default=None, help="Release as this lease holder (needs --step and --token).")
+@click.option(
+    "--worker", default=None, help="Release as this lease holder (needs --step and --token)."
+)
 @click.option("--token", default=None, help="The holder's fencing_token, for a release.")
-@click.option("--max-attempts", default=None, help="Close a step with an ABORTED receipt after this many claims.")
+@click.option(
+    "--max-attempts",
+    default=None,
+    help="Close a step with an ABORTED receipt after this many claims.",
+)
 @click.pass_context
 def requeue(
-    ctx: click.Context, run_id: str, step: str | None, worker: str | None, token: str | None, max_attempts: str | None
+    ctx: click.Context,
+    run_id: str,
+    step: str | None,
+    worker: str | None,
+    token: str | None,
+    max_attempts: str | None,
 ) -> None:
     """Return expired leases (or a released step) to PENDING."""
     result = _open(ctx).requeue(
@@ -165,7 +208,9 @@ def status(ctx: click.Context, run_id: str) -> None:
 
 
 @cli.command()
-@click.option("--run-id", default=None, help="Limit the row checks to one run (the chain is always whole).")
+@click.option(
+    "--run-id", default=None, help="Limit the row checks to one run (the chain is always whole)."
+)
 @click.pass_context
 def verify(ctx: click.Context, run_id: str | None) -> None:
     """Check the whole ledger. Exit 0 intact, 1 tampered or inconsistent, 3 cannot verify.
@@ -195,7 +240,9 @@ def verify(ctx: click.Context, run_id: str | None) -> None:
 
 
 @cli.command()
-@click.option("--db", "demo_db", default=None, help="Write the demo ledger here instead of a temporary file.")
+@click.option(
+    "--db", "demo_db", default=None, help="Write the demo ledger here instead of a temporary file."
+)
 @click.option("--workers", default=3, show_default=True, type=click.IntRange(1, 8))
 def demo(demo_db: str | None, workers: int) -> None:
     """Run the main job end to end on a fresh ledger and tell what happened."""

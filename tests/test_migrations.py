@@ -1,0 +1,122 @@
+"""Migrations: from empty equals the schema file; failures change nothing; versions guarded."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from catalytic_cassette import CassetteError, ErrorCode, MessageCassette, connect, sqlfiles
+from catalytic_cassette.migrate import APPLICATION_ID, current_version
+
+from .conftest import dump, file_digest
+
+
+def _normalise(sql: str) -> str:
+    without_comments = re.sub(r"--[^\n]*", "", sql)
+    return re.sub(r"\s+", " ", without_comments).strip()
+
+
+def _structure(conn: sqlite3.Connection) -> dict[tuple[str, str], object]:
+    found: dict[tuple[str, str], object] = {}
+    for kind, name, table, sql in conn.execute(
+        "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+    ):
+        entry: dict[str, object] = {"table": table, "sql": _normalise(sql or "")}
+        if kind == "table":
+            entry["columns"] = conn.execute(f"PRAGMA table_xinfo({name})").fetchall()
+        if kind == "index":
+            entry["columns"] = conn.execute(f"PRAGMA index_xinfo({name})").fetchall()
+        found[(kind, name)] = entry
+    return found
+
+
+def test_migrating_from_empty_gives_the_schema_file(db_path: Path) -> None:
+    connect(db_path).close()
+    migrated = sqlite3.connect(db_path)
+    reference = sqlite3.connect(":memory:")
+    for statement in sqlfiles.statements(sqlfiles.schema_sql("cassette.sql")):
+        reference.execute(statement)
+    assert _structure(migrated) == _structure(reference)
+    assert len(_structure(reference)) > 30
+
+
+def test_a_new_ledger_is_marked_and_versioned(db_path: Path) -> None:
+    connect(db_path).close()
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == current_version()
+    versions = [row[0] for row in conn.execute("SELECT version FROM cassette_migrations")]
+    assert versions == list(range(1, current_version() + 1))
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_reopening_applies_nothing_and_changes_nothing(db_path: Path) -> None:
+    with MessageCassette(db_path) as cassette:
+        cassette.post_message({"a": 1}, "run", "USER")
+    before = (dump(db_path), file_digest(db_path))
+    connect(db_path).close()
+    assert (dump(db_path), file_digest(db_path)) == before
+
+
+def test_a_failed_migration_leaves_the_file_unchanged(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with MessageCassette(db_path) as cassette:
+        cassette.post_message({"a": 1}, "run", "USER")
+    before = (dump(db_path), file_digest(db_path))
+    broken = sqlfiles.Migration(
+        current_version() + 1,
+        "broken",
+        "CREATE TABLE cassette_extra (x INTEGER) STRICT;\nINSERT INTO no_such_table VALUES (1);\n",
+    )
+    shipped = sqlfiles.migrations()
+    monkeypatch.setattr(sqlfiles, "migrations", lambda: (*shipped, broken))
+    with pytest.raises(CassetteError) as caught:
+        connect(db_path)
+    assert caught.value.code is ErrorCode.MIGRATION_FAILED
+    assert isinstance(caught.value.__cause__, sqlite3.Error)
+    assert (dump(db_path), file_digest(db_path)) == before
+
+
+def test_a_newer_schema_is_refused(db_path: Path) -> None:
+    connect(db_path).close()
+    raw = sqlite3.connect(db_path)
+    raw.execute(
+        "INSERT INTO cassette_migrations (version, name, sha256) VALUES (?, 'future', ?)",
+        (current_version() + 1, "0" * 64),
+    )
+    raw.commit()
+    raw.close()
+    before = file_digest(db_path)
+    with pytest.raises(CassetteError) as caught:
+        connect(db_path)
+    assert caught.value.code is ErrorCode.SCHEMA_TOO_NEW
+    assert file_digest(db_path) == before
+
+
+def test_a_foreign_sqlite_database_is_refused(db_path: Path) -> None:
+    other = sqlite3.connect(db_path)
+    other.execute("CREATE TABLE notes (body TEXT)")
+    other.commit()
+    other.close()
+    before = file_digest(db_path)
+    with pytest.raises(CassetteError) as caught:
+        connect(db_path)
+    assert caught.value.code is ErrorCode.NOT_A_CASSETTE
+    assert file_digest(db_path) == before
+
+
+def test_a_file_that_is_not_sqlite_is_refused(db_path: Path) -> None:
+    db_path.write_bytes(b"hello, this is not a database at all" * 10)
+    with pytest.raises(CassetteError) as caught:
+        connect(db_path)
+    assert caught.value.code is ErrorCode.NOT_A_CASSETTE
+    assert db_path.read_bytes() == b"hello, this is not a database at all" * 10
+
+
+def test_migration_files_are_numbered_without_gaps() -> None:
+    versions = [m.version for m in sqlfiles.migrations()]
+    assert versions == list(range(1, len(versions) + 1))

@@ -1,0 +1,249 @@
+"""verify catches tampering by someone who can write the file, and names the row."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from catalytic_cassette import CassetteError, ManualClock, MessageCassette
+from catalytic_cassette.verify import LEDGER_TABLES, VerifyReport, verify_path
+
+from .conftest import dump
+
+
+def _build(path: Path) -> None:
+    clock = ManualClock()
+    with MessageCassette(path, clock=clock) as cassette:
+        for n in range(4):
+            cassette.post_message({"n": n}, "run-a", "USER", f"k{n}")
+        cassette.post_message(
+            {"jobs": [{"intent": "i", "steps": [{"s": 1}, {"s": 2}]}]}, "run-b", "PLANNER"
+        )
+        for worker in ("w1", "w2", "w3"):
+            step = cassette.claim_step("run-a", worker, 60)
+            cassette.complete_step(
+                "run-a", step["step_id"], worker, step["fencing_token"], {"w": worker}, "SUCCESS"
+            )
+        for _ in range(2):
+            held = cassette.claim_step("run-a", "w4", 60)
+            token = held["fencing_token"]
+            cassette.requeue("run-a", held["step_id"], worker_id="w4", fencing_token=token)
+        cassette.claim_step("run-b", "w5", 60)
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("healthy") / "ledger.db"
+    _build(path)
+    return path
+
+
+@pytest.fixture
+def ledger(healthy: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "copy.db"
+    source = sqlite3.connect(healthy)
+    target = sqlite3.connect(copy)
+    source.backup(target)
+    source.close()
+    target.close()
+    return copy
+
+
+@contextmanager
+def unguarded(path: Path) -> Iterator[sqlite3.Connection]:
+    """A raw connection with every trigger dropped; the triggers are restored on exit."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    for name, _ in triggers:
+        conn.execute(f"DROP TRIGGER {name}")
+    try:
+        yield conn
+    finally:
+        for _, sql in triggers:
+            conn.execute(sql)
+        conn.close()
+
+
+def _verify(path: Path) -> VerifyReport:
+    return verify_path(str(path))
+
+
+def _named(report: VerifyReport, table: str, key: object) -> bool:
+    return any(f.table == table and f.key == key for f in report.errors)
+
+
+def test_a_healthy_ledger_passes(ledger: Path) -> None:
+    report = _verify(ledger)
+    assert report.ok, report.findings
+    assert report.journal_rows > 20
+    assert any("anchor" in note for note in report.notes)
+
+
+TABLES = sorted(LEDGER_TABLES)
+
+
+def _some_key(conn: sqlite3.Connection, table: str, offset: int = 0) -> object:
+    key = LEDGER_TABLES[table][0]
+    row = conn.execute(
+        f"SELECT {key} FROM {table} ORDER BY {key} LIMIT 1 OFFSET ?", (offset,)
+    ).fetchone()
+    return row[0]
+
+
+def _edit_column(conn: sqlite3.Connection, table: str) -> object:
+    key_col, _columns = LEDGER_TABLES[table]
+    key = _some_key(conn, table)
+    column = "created_at"
+    conn.execute(f"UPDATE {table} SET {column} = {column} + 1 WHERE {key_col} = ?", (key,))
+    return key
+
+
+def _delete_row(conn: sqlite3.Connection, table: str) -> object:
+    key_col = LEDGER_TABLES[table][0]
+    key = _some_key(conn, table)
+    conn.execute(f"DELETE FROM {table} WHERE {key_col} = ?", (key,))
+    return key
+
+
+_FORGERIES = {
+    # a copy of an existing row under a new key, with its UNIQUE columns moved aside
+    "cassette_messages": "idempotency_key = NULL",
+    "cassette_jobs": "ordinal = ordinal + 100",
+    "cassette_steps": "ordinal = ordinal + 100",
+    "cassette_receipts": "step_id = step_id + 1000",
+    "cassette_releases": "fencing_token = fencing_token + 100",
+}
+
+
+def _insert_forged(conn: sqlite3.Connection, table: str) -> object:
+    key_col = LEDGER_TABLES[table][0]
+    key = _some_key(conn, table)
+    new_key = conn.execute(f"SELECT max({key_col}) + 100 FROM {table}").fetchone()[0]
+    conn.execute(
+        "CREATE TEMP TABLE forged AS SELECT * FROM " + table + f" WHERE {key_col} = ?", (key,)
+    )
+    conn.execute(f"UPDATE forged SET {key_col} = ?, {_FORGERIES[table]}", (new_key,))
+    conn.execute(f"INSERT INTO {table} SELECT * FROM forged")
+    conn.execute("DROP TABLE forged")
+    return new_key
+
+
+def _swap_rows(conn: sqlite3.Connection, table: str) -> object:
+    key_col, _columns = LEDGER_TABLES[table]
+    first, second = _some_key(conn, table, 0), _some_key(conn, table, 1)
+    conn.execute(
+        f"UPDATE {table} SET created_at = created_at + 7, {key_col} = -1 WHERE {key_col} = ?",
+        (first,),
+    )
+    conn.execute(f"UPDATE {table} SET {key_col} = ? WHERE {key_col} = ?", (first, second))
+    conn.execute(f"UPDATE {table} SET {key_col} = ? WHERE {key_col} = -1", (second,))
+    return second
+
+
+TAMPERS: dict[str, Callable[[sqlite3.Connection, str], object]] = {
+    "edit": _edit_column,
+    "delete": _delete_row,
+    "forge": _insert_forged,
+    "swap": _swap_rows,
+}
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("tamper", sorted(TAMPERS))
+def test_tampering_with_triggers_dropped_is_named(ledger: Path, table: str, tamper: str) -> None:
+    with unguarded(ledger) as conn:
+        key = TAMPERS[tamper](conn, table)
+    report = _verify(ledger)
+    assert not any(f.kind.startswith("schema") for f in report.findings)
+    assert not report.ok
+    assert _named(report, table, key), report.findings
+
+
+def test_an_edited_journal_body_is_named_by_seq(ledger: Path) -> None:
+    with unguarded(ledger) as conn:
+        conn.execute(
+            "UPDATE cassette_journal SET body = replace(body, 'run-a', 'run-z') WHERE seq = 1"
+        )
+    report = _verify(ledger)
+    assert not report.ok
+    assert any(f.kind == "leaf_hash" and f.seq == 1 for f in report.errors)
+
+
+def test_a_deleted_journal_entry_is_a_gap(ledger: Path) -> None:
+    with unguarded(ledger) as conn:
+        conn.execute("DELETE FROM cassette_journal WHERE seq = 5")
+    report = _verify(ledger)
+    assert any(f.kind == "journal_gap" and f.seq == 6 for f in report.errors)
+
+
+def test_a_dropped_trigger_is_a_finding(ledger: Path) -> None:
+    conn = sqlite3.connect(ledger)
+    conn.execute("DROP TRIGGER cassette_receipts_no_update")
+    conn.commit()
+    conn.close()
+    report = _verify(ledger)
+    assert any(
+        f.kind == "schema_missing" and "cassette_receipts_no_update" in f.detail
+        for f in report.errors
+    )
+
+
+def test_an_edited_trigger_is_a_finding(ledger: Path) -> None:
+    conn = sqlite3.connect(ledger)
+    conn.execute("DROP TRIGGER cassette_messages_no_delete")
+    conn.execute(
+        "CREATE TRIGGER cassette_messages_no_delete BEFORE DELETE ON cassette_messages"
+        " WHEN 0 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: x'); END"
+    )
+    conn.commit()
+    conn.close()
+    report = _verify(ledger)
+    assert any(f.kind == "schema_changed" for f in report.errors)
+
+
+def test_an_expired_lease_is_a_warning_not_a_failure(ledger: Path) -> None:
+    far_future = 10**13
+    report = verify_path(str(ledger), now_ms=far_future)
+    assert report.ok
+    assert any(f.kind == "lease_expired" and f.severity == "warning" for f in report.findings)
+
+
+def test_random_byte_flips_never_pass_unnoticed(ledger: Path, tmp_path: Path) -> None:
+    """Flip bytes in copies: a change that alters ledger content is always caught.
+
+    A flip that only touches free space or unused bytes leaves the content (the
+    dump) unchanged; verify may then pass, and that is correct.
+    """
+    conn = sqlite3.connect(ledger)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    original = ledger.read_bytes()
+    baseline = dump(ledger)
+    rng = random.Random(20261122)
+    changed_content = 0
+    for trial in range(60):
+        mutated = bytearray(original)
+        for _ in range(rng.randint(1, 3)):
+            position = rng.randrange(100, len(mutated))  # past the file header
+            mutated[position] ^= 1 << rng.randrange(8)
+        target = tmp_path / f"flip-{trial}.db"
+        target.write_bytes(bytes(mutated))
+        try:
+            content: list[str] | None = dump(target)
+        except Exception:  # a flipped byte may break decoding as well as parsing
+            content = None
+        try:
+            report = _verify(target)
+            passed = report.ok
+        except CassetteError:
+            passed = False
+        if content != baseline:
+            changed_content += 1
+            assert not passed, f"trial {trial}: content changed but verify passed"
+        target.unlink()
+    assert changed_content > 10
