@@ -75,8 +75,6 @@ def connect(
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         version = schema_version(conn)
-        if path != ":memory:" and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {sync}")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA recursive_triggers = ON")
@@ -97,7 +95,10 @@ def connect(
                     schema_version=version,
                     supported=latest,
                 )
-            apply_pending(conn, clock.now_ms())
+            apply_pending(conn)
+        # After migrating, so that a failed migration leaves even the header unchanged.
+        if path != ":memory:" and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
         for statement in sqlfiles.statements(sqlfiles.schema_sql("connection.sql")):
             conn.execute(statement)
     except CassetteError:

@@ -11,6 +11,13 @@ from .errors import CassetteError, ErrorCode
 APPLICATION_ID = 0x43535454  # "CSTT": marks a file as a catalytic-cassette ledger
 
 
+FORMAT = "catalytic-cassette"
+
+
+def migration_digest(sql: str) -> str:
+    return hashlib.sha256(sql.encode("utf-8")).hexdigest()
+
+
 def current_version() -> int:
     return len(sqlfiles.migrations())
 
@@ -27,7 +34,7 @@ def schema_version(conn: sqlite3.Connection) -> int:
     raise CassetteError(ErrorCode.NOT_A_CASSETTE, "the database is not a catalytic-cassette ledger")
 
 
-def apply_pending(conn: sqlite3.Connection, now_ms: int) -> list[int]:
+def apply_pending(conn: sqlite3.Connection) -> list[int]:
     """Apply every pending migration in one IMMEDIATE transaction; return the versions."""
     applied: list[int] = []
     conn.execute("BEGIN IMMEDIATE")
@@ -36,16 +43,14 @@ def apply_pending(conn: sqlite3.Connection, now_ms: int) -> list[int]:
         for migration in sqlfiles.migrations()[version:]:
             for statement in sqlfiles.statements(migration.sql):
                 conn.execute(statement)
-            digest = hashlib.sha256(migration.sql.encode("utf-8")).hexdigest()
+            digest = migration_digest(migration.sql)
             conn.execute(
                 "INSERT INTO cassette_migrations (version, name, sha256) VALUES (?, ?, ?)",
                 (migration.version, migration.name, digest),
             )
             if migration.version == 1:
                 conn.execute(
-                    "INSERT INTO cassette_meta (key, value)"
-                    " VALUES ('format', 'catalytic-cassette'), ('created_at', ?)",
-                    (str(now_ms),),
+                    "INSERT INTO cassette_meta (key, value) VALUES ('format', ?)", (FORMAT,)
                 )
             applied.append(migration.version)
         if applied:

@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from . import sqlfiles
 from .clock import SystemClock
 from .connection import connect_readonly
 from .errors import CassetteError, ErrorCode
 from .hashing import ZERO_HASH, chain_hash, leaf_hash
-from .migrate import current_version, schema_version
+from .migrate import FORMAT, current_version, migration_digest, schema_version
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 MAX_FINDINGS_PER_KIND = 100
 
@@ -67,6 +71,29 @@ LEDGER_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("release_id", "step_id", "run_id", "worker_id", "fencing_token", "created_at"),
     ),
 }
+LEDGER_TABLES["cassette_actions"] = (
+    "action_id",
+    (
+        "action_seq",
+        "action_id",
+        "parent_action_id",
+        "plan_id",
+        "intent_id",
+        "session_id",
+        "action_type",
+        "function_name",
+        "arguments_json",
+        "arguments_artifact",
+        "result_json",
+        "result_artifact",
+        "success",
+        "error_message",
+        "cost_micros",
+        "duration_ms",
+        "timestamp",
+        "metadata_json",
+    ),
+)
 MUTABLE_TABLES = frozenset({"cassette_steps"})
 
 UNANCHORED_NOTE = (
@@ -125,22 +152,46 @@ class _Collector:
             )
 
 
+Progress = Callable[[int], None]
+PROGRESS_EVERY = 10_000
+
+
 def verify_connection(
-    conn: sqlite3.Connection, *, run_id: str | None = None, now_ms: int
+    conn: sqlite3.Connection,
+    *,
+    run_id: str | None = None,
+    now_ms: int,
+    db_dir: Path | None = None,
+    public_key: Ed25519PublicKey | None = None,
+    progress: Progress | None = None,
 ) -> VerifyReport:
+    """Run every check; ``progress(n)`` is told each time n more journal rows were read."""
     report = VerifyReport(notes=[UNANCHORED_NOTE])
     out = _Collector(report)
     tables_intact = _check_structure(conn, out)
-    report.journal_rows = _check_chain(conn, out)
+    report.journal_rows = _check_chain(conn, out, progress)
     if tables_intact:
         _check_state(conn, out, run_id)
         _check_consistency(conn, out, run_id, now_ms)
+        if db_dir is not None:
+            _check_artifacts(conn, out, db_dir)
+        if public_key is not None:
+            _check_signatures(conn, out, public_key)
     else:
         report.notes.append("tables differ from the migrations: state and consistency not checked")
+    if public_key is None:
+        report.notes.append("no public key given: action signatures not checked")
     return report
 
 
-def verify_path(path: str, *, run_id: str | None = None, now_ms: int | None = None) -> VerifyReport:
+def verify_path(
+    path: str,
+    *,
+    run_id: str | None = None,
+    now_ms: int | None = None,
+    public_key: Ed25519PublicKey | None = None,
+    progress: Progress | None = None,
+) -> VerifyReport:
     """Verify a ledger file through a read-only connection (nothing is migrated or written).
 
     Raises CassetteError when the file cannot be verified at all (not a cassette,
@@ -157,7 +208,14 @@ def verify_path(path: str, *, run_id: str | None = None, now_ms: int | None = No
                 f"schema version {version} is newer than this package ({current_version()})",
             )
         now = SystemClock().now_ms() if now_ms is None else now_ms
-        return verify_connection(conn, run_id=run_id, now_ms=now)
+        return verify_connection(
+            conn,
+            run_id=run_id,
+            now_ms=now,
+            db_dir=Path(path).resolve().parent,
+            public_key=public_key,
+            progress=progress,
+        )
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         report = VerifyReport(notes=[UNANCHORED_NOTE])
         report.findings.append(Finding("corrupt", f"the file cannot be read as a ledger: {exc}"))
@@ -204,6 +262,25 @@ def _check_structure(conn: sqlite3.Connection, out: _Collector) -> bool:
         out.add(
             Finding("schema_version", f"schema version {version}, expected {current_version()}")
         )
+    shipped = [(m.version, m.name, migration_digest(m.sql)) for m in sqlfiles.migrations()]
+    recorded = conn.execute(
+        "SELECT version, name, sha256 FROM cassette_migrations ORDER BY version"
+    ).fetchall()
+    if [tuple(row) for row in recorded] != shipped[: len(recorded)]:
+        out.add(
+            Finding(
+                "schema_changed",
+                "cassette_migrations differs from the shipped migrations",
+                table="cassette_migrations",
+            )
+        )
+    meta = conn.execute("SELECT key, value FROM cassette_meta ORDER BY key").fetchall()
+    if [tuple(row) for row in meta] != [("format", FORMAT)]:
+        out.add(
+            Finding(
+                "schema_changed", "cassette_meta differs from a cassette's", table="cassette_meta"
+            )
+        )
     expected = {(row[0], row[1]): row for row in expected_schema()}
     actual = {(row[0], row[1]): row for row in _schema_rows(conn)}
     for key, row in expected.items():
@@ -226,22 +303,24 @@ def _check_structure(conn: sqlite3.Connection, out: _Collector) -> bool:
 # ---------------------------------------------------------------------- 2. chain
 
 
-def _check_chain(conn: sqlite3.Connection, out: _Collector) -> int:
+def _check_chain(conn: sqlite3.Connection, out: _Collector, progress: Progress | None) -> int:
     """Stream the journal in seq order; each entry is checked against its predecessor only."""
-    expected_seq = 0
-    prev = ZERO_HASH
     conn.text_factory = bytes  # hash the stored bytes; a tampered body need not be UTF-8
     try:
-        return _walk_chain(conn, out, expected_seq, prev)
+        return _walk_chain(conn, out, progress)
     finally:
         conn.text_factory = str
 
 
-def _walk_chain(conn: sqlite3.Connection, out: _Collector, expected_seq: int, prev: bytes) -> int:
+def _walk_chain(conn: sqlite3.Connection, out: _Collector, progress: Progress | None) -> int:
+    expected_seq = 0
+    prev = ZERO_HASH
     cursor = conn.execute(
         "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal ORDER BY seq"
     )
     for seq, body, leaf, chain in cursor:
+        if progress is not None and expected_seq and expected_seq % PROGRESS_EVERY == 0:
+            progress(PROGRESS_EVERY)
         if seq != expected_seq:
             out.add(Finding("journal_gap", f"expected seq {expected_seq}, found {seq}", seq=seq))
             expected_seq = seq
@@ -446,3 +525,71 @@ def _check_consistency(
                 severity="warning",
             )
         )
+
+
+# -------------------------------------------------------- artifacts and signatures
+
+
+def _check_artifacts(conn: sqlite3.Connection, out: _Collector, db_dir: Path) -> None:
+    import hashlib
+
+    from .payloads import loads
+
+    query = (
+        "SELECT action_id, arguments_artifact, result_artifact FROM cassette_actions"
+        " WHERE arguments_artifact IS NOT NULL OR result_artifact IS NOT NULL ORDER BY action_seq"
+    )
+    for action_id, *refs in conn.execute(query):
+        for ref_json in refs:
+            if ref_json is None:
+                continue
+            ref = loads(ref_json)
+            path = db_dir / str(ref.get("path", ""))
+            if not path.is_file():
+                out.add(
+                    Finding(
+                        "artifact_missing",
+                        f"artifact {ref.get('path')} is missing",
+                        None,
+                        "cassette_actions",
+                        action_id,
+                    )
+                )
+                continue
+            digest = hashlib.sha256()
+            size = 0
+            with path.open("rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+                    size += len(chunk)
+            if digest.hexdigest() != ref.get("sha256") or size != ref.get("size"):
+                out.add(
+                    Finding(
+                        "artifact_altered",
+                        f"artifact {ref.get('path')} was altered",
+                        None,
+                        "cassette_actions",
+                        action_id,
+                    )
+                )
+
+
+def _check_signatures(
+    conn: sqlite3.Connection, out: _Collector, public_key: Ed25519PublicKey
+) -> None:
+    from .actions import COLUMNS, SELECT_COLUMNS
+    from .signing import check
+
+    details = {
+        "unsigned_action": "the action carries no signature",
+        "unknown_key": "the action was signed by another key",
+        "bad_signature": "the signature does not match the action",
+    }
+    query = f"SELECT {SELECT_COLUMNS} FROM cassette_actions ORDER BY action_seq"
+    for row in conn.execute(query):
+        values = dict(zip(COLUMNS, row, strict=True))
+        problem = check(public_key, values)
+        if problem is not None:
+            out.add(
+                Finding(problem, details[problem], None, "cassette_actions", values["action_id"])
+            )

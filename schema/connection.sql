@@ -143,3 +143,25 @@ BEGIN
                 FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
                                            ORDER BY seq DESC LIMIT 1) h) n) e;
 END;
+
+CREATE TEMP TRIGGER cassette_actions_journal AFTER INSERT ON main.cassette_actions
+BEGIN
+    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)
+    SELECT e.seq, e.body, e.leaf, cassette_chain_hash(e.seq, e.prev, e.leaf)
+    FROM (SELECT n.seq, n.prev, n.body, cassette_leaf_hash(n.body) AS leaf
+          FROM (SELECT coalesce(h.seq + 1, 0) AS seq, coalesce(h.chain_hash, zeroblob(32)) AS prev,
+                       json_object('table', 'cassette_actions', 'op', 'INSERT', 'key', NEW.action_id,
+                           'row', json_object(
+                               'action_seq', NEW.action_seq, 'action_id', NEW.action_id,
+                               'parent_action_id', NEW.parent_action_id, 'plan_id', NEW.plan_id,
+                               'intent_id', NEW.intent_id, 'session_id', NEW.session_id,
+                               'action_type', NEW.action_type, 'function_name', NEW.function_name,
+                               'arguments_json', NEW.arguments_json,
+                               'arguments_artifact', NEW.arguments_artifact,
+                               'result_json', NEW.result_json, 'result_artifact', NEW.result_artifact,
+                               'success', NEW.success, 'error_message', NEW.error_message,
+                               'cost_micros', NEW.cost_micros, 'duration_ms', NEW.duration_ms,
+                               'timestamp', NEW.timestamp, 'metadata_json', NEW.metadata_json)) AS body
+                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
+                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+END;

@@ -120,3 +120,69 @@ def test_a_file_that_is_not_sqlite_is_refused(db_path: Path) -> None:
 def test_migration_files_are_numbered_without_gaps() -> None:
     versions = [m.version for m in sqlfiles.migrations()]
     assert versions == list(range(1, len(versions) + 1))
+
+
+def _load_v1(path: Path) -> None:
+    script = (Path(__file__).parent / "data" / "ledger_v1.sql").read_text()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(script)  # a raw load of a dump: no transaction of ours is open
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+
+
+def test_a_version_1_ledger_upgrades_and_still_verifies(db_path: Path) -> None:
+    from catalytic_cassette.chain import CausalChain
+    from catalytic_cassette.verify import verify_path
+
+    _load_v1(db_path)
+    before = sqlite3.connect(db_path)
+    receipts = before.execute("SELECT * FROM cassette_receipts ORDER BY receipt_id").fetchall()
+    journal = before.execute("SELECT seq, chain_hash FROM cassette_journal ORDER BY seq").fetchall()
+    before.close()
+    assert len(journal) > 20 and receipts
+
+    with MessageCassette(db_path) as cassette:
+        status = cassette.status("run-v1")
+        assert status["steps"]["COMMITTED"] == 2 and status["steps"]["LEASED"] == 1
+        step = cassette.claim_step("run-v1", "after-upgrade", 60)
+        cassette.complete_step(
+            "run-v1", step["step_id"], "after-upgrade", step["fencing_token"], {}, "SUCCESS"
+        )
+    with CausalChain(db_path) as chain:
+        chain.append_action(
+            {"plan_id": "p", "intent_id": "i", "action_type": "PlanStarted", "function_name": "f"}
+        )
+    after = sqlite3.connect(db_path)
+    assert after.execute("SELECT max(version) FROM cassette_migrations").fetchone()[0] == (
+        current_version()
+    )
+    assert (
+        after.execute("SELECT * FROM cassette_receipts ORDER BY receipt_id").fetchall()[
+            : len(receipts)
+        ]
+        == receipts
+    )
+    assert (
+        after.execute("SELECT seq, chain_hash FROM cassette_journal ORDER BY seq").fetchall()[
+            : len(journal)
+        ]
+        == journal
+    )
+    after.close()
+    report = verify_path(str(db_path))
+    assert report.ok, report.findings
+
+
+def test_upgrading_a_version_1_ledger_that_fails_changes_nothing(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _load_v1(db_path)
+    before = (dump(db_path), file_digest(db_path))
+    shipped = sqlfiles.migrations()
+    broken = sqlfiles.Migration(2, "actions", shipped[1].sql + "\nSELECT no_such_function();\n")
+    monkeypatch.setattr(sqlfiles, "migrations", lambda: (shipped[0], broken, *shipped[2:]))
+    with pytest.raises(CassetteError) as caught:
+        connect(db_path)
+    assert caught.value.code is ErrorCode.MIGRATION_FAILED
+    assert (dump(db_path), file_digest(db_path)) == before

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from catalytic_cassette import CassetteError, ManualClock, MessageCassette
+from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.verify import LEDGER_TABLES, VerifyReport, verify_path
 
 from .conftest import dump
@@ -34,6 +35,27 @@ def _build(path: Path) -> None:
             token = held["fencing_token"]
             cassette.requeue("run-a", held["step_id"], worker_id="w4", fencing_token=token)
         cassette.claim_step("run-b", "w5", 60)
+    with CausalChain(path, clock=clock) as chain:
+        root = chain.append_action(
+            {
+                "plan_id": "p",
+                "intent_id": "i",
+                "action_type": "PlanStarted",
+                "function_name": "plan",
+            }
+        )
+        for n in range(3):
+            chain.append_action(
+                {
+                    "plan_id": "p",
+                    "intent_id": "i",
+                    "action_type": "CapabilityCall",
+                    "function_name": f"tool{n}",
+                    "parent_action_id": root.action_id,
+                    "session_id": "s",
+                    "arguments": [n],
+                }
+            )
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +117,14 @@ def _some_key(conn: sqlite3.Connection, table: str, offset: int = 0) -> object:
     return row[0]
 
 
+def _time_column(table: str) -> str:
+    return "timestamp" if table == "cassette_actions" else "created_at"
+
+
 def _edit_column(conn: sqlite3.Connection, table: str) -> object:
     key_col, _columns = LEDGER_TABLES[table]
     key = _some_key(conn, table)
-    column = "created_at"
+    column = _time_column(table)
     conn.execute(f"UPDATE {table} SET {column} = {column} + 1 WHERE {key_col} = ?", (key,))
     return key
 
@@ -117,13 +143,17 @@ _FORGERIES = {
     "cassette_steps": "ordinal = ordinal + 100",
     "cassette_receipts": "step_id = step_id + 1000",
     "cassette_releases": "fencing_token = fencing_token + 100",
+    "cassette_actions": "action_seq = action_seq + 1000",
 }
 
 
 def _insert_forged(conn: sqlite3.Connection, table: str) -> object:
     key_col = LEDGER_TABLES[table][0]
     key = _some_key(conn, table)
-    new_key = conn.execute(f"SELECT max({key_col}) + 100 FROM {table}").fetchone()[0]
+    if table == "cassette_actions":
+        new_key: object = "00000000-0000-4000-8000-000000000000"
+    else:
+        new_key = conn.execute(f"SELECT max({key_col}) + 100 FROM {table}").fetchone()[0]
     conn.execute(
         "CREATE TEMP TABLE forged AS SELECT * FROM " + table + f" WHERE {key_col} = ?", (key,)
     )
@@ -134,15 +164,19 @@ def _insert_forged(conn: sqlite3.Connection, table: str) -> object:
 
 
 def _swap_rows(conn: sqlite3.Connection, table: str) -> object:
-    key_col, _columns = LEDGER_TABLES[table]
-    first, second = _some_key(conn, table, 0), _some_key(conn, table, 1)
-    conn.execute(
-        f"UPDATE {table} SET created_at = created_at + 7, {key_col} = -1 WHERE {key_col} = ?",
-        (first,),
+    """Exchange the positions (integer primary keys) of two rows."""
+    position = "action_seq" if table == "cassette_actions" else LEDGER_TABLES[table][0]
+    key_col = LEDGER_TABLES[table][0]
+    first, second = (
+        row[0]
+        for row in conn.execute(f"SELECT {position} FROM {table} ORDER BY {position} LIMIT 2")
     )
-    conn.execute(f"UPDATE {table} SET {key_col} = ? WHERE {key_col} = ?", (first, second))
-    conn.execute(f"UPDATE {table} SET {key_col} = ? WHERE {key_col} = -1", (second,))
-    return second
+    conn.execute(f"UPDATE {table} SET {position} = -1 WHERE {position} = ?", (first,))
+    conn.execute(f"UPDATE {table} SET {position} = ? WHERE {position} = ?", (first, second))
+    conn.execute(f"UPDATE {table} SET {position} = ? WHERE {position} = -1", (second,))
+    return conn.execute(
+        f"SELECT {key_col} FROM {table} WHERE {position} = ?", (second,)
+    ).fetchone()[0]
 
 
 TAMPERS: dict[str, Callable[[sqlite3.Connection, str], object]] = {

@@ -1,0 +1,172 @@
+"""The Action record: validation, row encoding and decoding."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from . import payloads
+from .errors import CassetteError, ErrorCode
+
+ACTION_TYPES = (
+    "PlanStarted",
+    "PlanCompleted",
+    "PlanAborted",
+    "PlanPaused",
+    "PlanResumed",
+    "PlanStepStarted",
+    "PlanStepCompleted",
+    "PlanStepFailed",
+    "PlanStepRetrying",
+    "CapabilityCall",
+    "CapabilityResult",
+    "InternalStep",
+)
+REASONING_LINKS = (
+    "intent_id",
+    "constitutional_rule_id",
+    "delegation_decision_id",
+    "capability_attestation_id",
+)
+COST_SCALE = 1_000_000  # cost is stored as integer micro-units: no floats in hashed rows
+
+COLUMNS = (
+    "action_seq",
+    "action_id",
+    "parent_action_id",
+    "plan_id",
+    "intent_id",
+    "session_id",
+    "action_type",
+    "function_name",
+    "arguments_json",
+    "arguments_artifact",
+    "result_json",
+    "result_artifact",
+    "success",
+    "error_message",
+    "cost_micros",
+    "duration_ms",
+    "timestamp",
+    "metadata_json",
+)
+SELECT_COLUMNS = ", ".join(COLUMNS)
+
+
+@dataclass(frozen=True)
+class Action:
+    """One significant event of a plan. ``timestamp`` and ``action_seq`` come from the ledger."""
+
+    plan_id: str
+    intent_id: str
+    action_type: str
+    function_name: str
+    action_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    parent_action_id: str | None = None
+    session_id: str | None = None
+    arguments: list[Any] | None = None
+    result: Any = None
+    success: bool = True
+    error_message: str | None = None
+    cost: float = 0.0
+    duration_ms: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    timestamp: int | None = None
+    action_seq: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def links(self) -> dict[str, Any]:
+        return {k: self.metadata[k] for k in REASONING_LINKS if k in self.metadata}
+
+
+def coerce(value: Action | dict[str, Any]) -> Action:
+    """An Action from an Action or a dict with the same field names (unknown keys refused)."""
+    if isinstance(value, Action):
+        action = value
+    elif isinstance(value, dict):
+        known = {f.name for f in fields(Action)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"unknown action fields: {unknown}")
+        missing = [
+            k for k in ("plan_id", "intent_id", "action_type", "function_name") if k not in value
+        ]
+        if missing:
+            raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"missing action fields: {missing}")
+        action = Action(**value)
+    else:
+        raise CassetteError(ErrorCode.INVALID_PAYLOAD, "an action is an object")
+    _validate(action)
+    return action
+
+
+def _validate(action: Action) -> None:
+    if action.action_type not in ACTION_TYPES:
+        raise CassetteError(
+            ErrorCode.INVALID_ACTION_TYPE, f"action_type must be one of {', '.join(ACTION_TYPES)}"
+        )
+    try:
+        parsed = uuid.UUID(str(action.action_id))
+    except ValueError:
+        raise CassetteError(ErrorCode.INVALID_ACTION_ID, "action_id must be a UUID") from None
+    if str(parsed) != action.action_id:
+        raise CassetteError(ErrorCode.INVALID_ACTION_ID, "action_id must be a lowercase UUID")
+    if action.arguments is not None and not isinstance(action.arguments, list):
+        raise CassetteError(ErrorCode.INVALID_ARGUMENTS, "arguments must be a JSON array")
+    if not isinstance(action.metadata, dict):
+        raise CassetteError(ErrorCode.INVALID_METADATA, "metadata must be a JSON object")
+    if not isinstance(action.success, bool):
+        raise CassetteError(ErrorCode.INVALID_SUCCESS, "success must be true or false")
+    if (
+        isinstance(action.cost, bool)
+        or not isinstance(action.cost, (int, float))
+        or action.cost < 0
+    ):
+        raise CassetteError(ErrorCode.INVALID_COST, "cost must be a non-negative number")
+    if isinstance(action.duration_ms, bool) or not isinstance(action.duration_ms, int):
+        raise CassetteError(ErrorCode.INVALID_DURATION, "duration_ms must be an integer")
+
+
+def cost_micros(cost: float) -> int:
+    return round(cost * COST_SCALE)
+
+
+def from_row(row: tuple[Any, ...], load_artifact: Any) -> Action:
+    """Decode a row in COLUMNS order; ``load_artifact(ref_json)`` returns the stored value."""
+    values = dict(zip(COLUMNS, row, strict=True))
+    if values["arguments_artifact"] is not None:
+        arguments = load_artifact(values["arguments_artifact"])
+    else:
+        arguments = (
+            None if values["arguments_json"] is None else payloads.loads(values["arguments_json"])
+        )
+    if values["result_artifact"] is not None:
+        result = load_artifact(values["result_artifact"])
+    else:
+        result = None if values["result_json"] is None else payloads.loads(values["result_json"])
+    return Action(
+        action_seq=values["action_seq"],
+        action_id=values["action_id"],
+        parent_action_id=values["parent_action_id"],
+        plan_id=values["plan_id"],
+        intent_id=values["intent_id"],
+        session_id=values["session_id"],
+        action_type=values["action_type"],
+        function_name=values["function_name"],
+        arguments=arguments,
+        result=result,
+        success=bool(values["success"]),
+        error_message=values["error_message"],
+        cost=values["cost_micros"] / COST_SCALE,
+        duration_ms=values["duration_ms"],
+        timestamp=values["timestamp"],
+        metadata=payloads.loads(values["metadata_json"]),
+    )
+
+
+def with_ledger_fields(action: Action, *, timestamp: int, metadata: dict[str, Any]) -> Action:
+    return replace(action, timestamp=timestamp, metadata=metadata)

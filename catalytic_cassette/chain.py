@@ -1,0 +1,271 @@
+"""CausalChain: append and query actions; sessions held in memory on request."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from . import payloads
+from .actions import COLUMNS, SELECT_COLUMNS, Action, coerce, cost_micros, from_row
+from .artifacts import DEFAULT_THRESHOLD_BYTES, ArtifactStore, default_root
+from .cassette import default_db_path
+from .clock import Clock
+from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect, write_transaction
+from .errors import CassetteError, ErrorCode, translate
+from .sessions import SessionWorkingSet
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+_INSERT = (
+    f"INSERT INTO cassette_actions ({', '.join(COLUMNS[1:])})"
+    f" VALUES ({', '.join('?' for _ in COLUMNS[1:])}) RETURNING action_seq"
+)
+_SUBTREE = f"""
+WITH RECURSIVE tree(action_id) AS (
+    SELECT action_id FROM cassette_actions WHERE action_id = ?
+    UNION ALL
+    SELECT a.action_id FROM cassette_actions a JOIN tree t ON a.parent_action_id = t.action_id
+)
+SELECT {SELECT_COLUMNS} FROM cassette_actions
+ WHERE action_id IN (SELECT action_id FROM tree) ORDER BY action_seq
+"""
+
+
+class CausalChain:
+    """Actions linked by execution parent, in the same file and journal as the cassette.
+
+    Opening loads nothing into memory; ``load_session`` builds a working set of one
+    session's actions, and appends to a loaded session join it once committed.
+    """
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        clock: Clock | None = None,
+        durability: str | None = None,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        signing_key: Ed25519PrivateKey | str | os.PathLike[str] | None = None,
+        artifact_threshold: int = DEFAULT_THRESHOLD_BYTES,
+        artifact_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
+        self.conn: sqlite3.Connection = connect(
+            self.db_path, clock=clock, durability=durability, busy_timeout_ms=busy_timeout_ms
+        )
+        db_dir = Path(self.db_path).resolve().parent
+        root = Path(artifact_dir) if artifact_dir is not None else default_root(self.db_path)
+        self.artifacts = ArtifactStore(root.resolve(), db_dir)
+        self.artifact_threshold = artifact_threshold
+        self._signing_key = _load_signing_key(signing_key)
+        self._sessions: dict[str, SessionWorkingSet] = {}
+
+    # ------------------------------------------------------------------ life
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> CausalChain:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --------------------------------------------------------------- appends
+
+    def append_action(self, action: Action | dict[str, Any]) -> Action:
+        """Append one action; return it as stored (with timestamp and action_seq)."""
+        return self.append_actions([action])[0]
+
+    def append_actions(self, actions: Iterable[Action | dict[str, Any]]) -> list[Action]:
+        """Append several actions in one transaction; a refused item refuses the batch."""
+        items = [self._checked(index, a) for index, a in enumerate(actions)]
+        rows = [self._row(action) for action in items]  # artifacts are written before commit
+        stored: list[Action] = []
+        with write_transaction(self.conn) as conn:
+            now = int(conn.execute("SELECT cassette_now_ms()").fetchone()[0])
+            for index, (action, row) in enumerate(zip(items, rows, strict=True)):
+                row["timestamp"] = now
+                metadata = self._signed_metadata(row)
+                row["metadata_json"] = payloads.dumps(metadata)
+                try:
+                    seq = conn.execute(_INSERT, [row[c] for c in COLUMNS[1:]]).fetchone()[0]
+                except sqlite3.Error as exc:
+                    error = translate(exc)
+                    if len(items) > 1:
+                        error.detail["index"] = index
+                    raise error from exc
+                stored.append(replace(action, timestamp=now, metadata=metadata, action_seq=seq))
+        for action in stored:
+            if action.session_id in self._sessions:
+                self._sessions[action.session_id].add(action)
+        return stored
+
+    @staticmethod
+    def _checked(index: int, value: Action | dict[str, Any]) -> Action:
+        try:
+            return coerce(value)
+        except CassetteError as error:
+            error.detail["index"] = index
+            raise
+
+    def _row(self, action: Action) -> dict[str, Any]:
+        arguments_json, arguments_artifact = self._store(action.arguments, "arguments")
+        result_json, result_artifact = self._store(action.result, "result")
+        return {
+            "action_id": action.action_id,
+            "parent_action_id": action.parent_action_id,
+            "plan_id": action.plan_id,
+            "intent_id": action.intent_id,
+            "session_id": action.session_id,
+            "action_type": action.action_type,
+            "function_name": action.function_name,
+            "arguments_json": arguments_json,
+            "arguments_artifact": arguments_artifact,
+            "result_json": result_json,
+            "result_artifact": result_artifact,
+            "success": int(action.success),
+            "error_message": action.error_message,
+            "cost_micros": cost_micros(action.cost),
+            "duration_ms": action.duration_ms,
+            "timestamp": None,
+            "metadata_json": payloads.dumps(action.metadata),
+        }
+
+    def _store(self, value: Any, what: str) -> tuple[str | None, str | None]:
+        if value is None:
+            return None, None
+        text = payloads.dumps(value)
+        encoded = text.encode("utf-8")
+        if len(encoded) <= self.artifact_threshold:
+            return text, None
+        return None, payloads.dumps(self.artifacts.put(encoded))
+
+    def _signed_metadata(self, row: dict[str, Any]) -> dict[str, Any]:
+        metadata: dict[str, Any] = payloads.loads(row["metadata_json"])
+        if self._signing_key is None:
+            return metadata
+        from .signing import sign
+
+        signature, signer = sign(self._signing_key, {"action_seq": None, **row})
+        return {**metadata, "signature": signature, "key_id": signer}
+
+    # ----------------------------------------------------------------- reads
+
+    def _decode(self, row: tuple[Any, ...]) -> Action:
+        return from_row(row, self.artifacts.get)
+
+    def _select(
+        self, where: str, params: tuple[Any, ...], limit: int | None = None
+    ) -> list[Action]:
+        sql = f"SELECT {SELECT_COLUMNS} FROM cassette_actions WHERE {where} ORDER BY action_seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [self._decode(row) for row in self.conn.execute(sql, params)]
+
+    def get_action(self, action_id: str) -> Action:
+        found = self._select("action_id = ?", (action_id,))
+        if not found:
+            raise CassetteError(ErrorCode.NOT_FOUND, f"no action {action_id}")
+        return found[0]
+
+    def actions_for_plan(self, plan_id: str) -> list[Action]:
+        return self._select("plan_id = ?", (plan_id,))
+
+    def actions_for_intent(self, intent_id: str) -> list[Action]:
+        return self._select("intent_id = ?", (intent_id,))
+
+    def actions_for_session(self, session_id: str) -> list[Action]:
+        return self._select("session_id = ?", (session_id,))
+
+    def actions_for_link(self, link: str, value: str) -> list[Action]:
+        """Actions whose metadata names this reasoning link (e.g. constitutional_rule_id)."""
+        from .actions import REASONING_LINKS
+
+        if link not in REASONING_LINKS:
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT, f"link must be one of {REASONING_LINKS}"
+            )
+        expr = f"json_extract(metadata_json, '$.{link}')"
+        return self._select(f"{expr} = ? AND {expr} IS NOT NULL", (value,))
+
+    def find_actions(
+        self,
+        *,
+        plan_id: str | None = None,
+        intent_id: str | None = None,
+        session_id: str | None = None,
+        action_type: str | None = None,
+        limit: int | None = None,
+    ) -> list[Action]:
+        clauses, params = ["1"], []
+        for column, value in (
+            ("plan_id", plan_id),
+            ("intent_id", intent_id),
+            ("session_id", session_id),
+            ("action_type", action_type),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        return self._select(" AND ".join(clauses), tuple(params), limit)
+
+    def get_children(self, action_id: str) -> list[Action]:
+        self._require(action_id)
+        return self._select("parent_action_id = ?", (action_id,))
+
+    def get_parent(self, action_id: str) -> Action | None:
+        action = self.get_action(action_id)
+        if action.parent_action_id is None:
+            return None
+        return self.get_action(action.parent_action_id)
+
+    def subtree(self, action_id: str) -> list[Action]:
+        """The action and all its descendants, in insertion order, in one recursive query."""
+        self._require(action_id)
+        return [self._decode(row) for row in self.conn.execute(_SUBTREE, (action_id,))]
+
+    def _require(self, action_id: str) -> None:
+        row = self.conn.execute(
+            "SELECT 1 FROM cassette_actions WHERE action_id = ?", (action_id,)
+        ).fetchone()
+        if row is None:
+            raise CassetteError(ErrorCode.NOT_FOUND, f"no action {action_id}")
+
+    # -------------------------------------------------------------- sessions
+
+    def load_session(self, session_id: str) -> SessionWorkingSet:
+        """Read one session's actions into an indexed in-memory working set."""
+        working = SessionWorkingSet(session_id, self.actions_for_session(session_id))
+        self._sessions[session_id] = working
+        return working
+
+    def unload_session(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    @property
+    def loaded_sessions(self) -> tuple[str, ...]:
+        return tuple(self._sessions)
+
+
+def _load_signing_key(
+    key: Ed25519PrivateKey | str | os.PathLike[str] | None,
+) -> Ed25519PrivateKey | None:
+    if key is None:
+        return None
+    if isinstance(key, (str, os.PathLike)):
+        from .signing import load_private
+
+        return load_private(key)
+    return key

@@ -1,0 +1,114 @@
+"""Ed25519 signatures over an action's canonical bytes (cryptography, imported lazily)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .errors import CassetteError, ErrorCode
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+
+SIGNATURE_FIELDS = ("signature", "key_id")
+
+
+def key_id(public: Ed25519PublicKey) -> str:
+    """First 16 hex digits of SHA-256 over the raw 32-byte public key."""
+    from cryptography.hazmat.primitives import serialization
+
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def generate(prefix: str) -> tuple[Path, Path]:
+    """Write PREFIX.key (private, PKCS#8 PEM, mode 0600) and PREFIX.pub (public PEM)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    private = Ed25519PrivateKey.generate()
+    key_path, pub_path = Path(f"{prefix}.key"), Path(f"{prefix}.pub")
+    for path in (key_path, pub_path):
+        if path.exists():
+            raise CassetteError(ErrorCode.KEY_ERROR, f"{path} exists; refusing to overwrite a key")
+    pem = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(pem)
+    pub_path.write_bytes(
+        private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return key_path, pub_path
+
+
+def load_private(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise CassetteError(ErrorCode.KEY_ERROR, f"cannot load private key {path}: {exc}") from exc
+    if not isinstance(key, Ed25519PrivateKey):
+        raise CassetteError(ErrorCode.KEY_ERROR, f"{path} is not an Ed25519 private key")
+    return key
+
+
+def load_public(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        key = serialization.load_pem_public_key(Path(path).read_bytes())
+    except (OSError, ValueError, TypeError) as exc:
+        raise CassetteError(ErrorCode.KEY_ERROR, f"cannot load public key {path}: {exc}") from exc
+    if not isinstance(key, Ed25519PublicKey):
+        raise CassetteError(ErrorCode.KEY_ERROR, f"{path} is not an Ed25519 public key")
+    return key
+
+
+def canonical_bytes(row: dict[str, Any]) -> bytes:
+    """The signed bytes: the stored row's columns (minus action_seq), with the metadata
+    JSON parsed and its signature fields removed, as sorted-key compact JSON."""
+    body = {k: v for k, v in row.items() if k != "action_seq"}
+    metadata = orjson.loads(body.pop("metadata_json"))
+    for name in SIGNATURE_FIELDS:
+        metadata.pop(name, None)
+    body["metadata"] = metadata
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+
+
+def sign(private: Ed25519PrivateKey, row: dict[str, Any]) -> tuple[str, str]:
+    signature = private.sign(canonical_bytes(row))
+    return base64.b64encode(signature).decode("ascii"), key_id(private.public_key())
+
+
+def check(public: Ed25519PublicKey, row: dict[str, Any]) -> str | None:
+    """None when the row carries a valid signature by this key, else the problem's kind."""
+    from cryptography.exceptions import InvalidSignature
+
+    metadata = orjson.loads(row["metadata_json"])
+    signature, signer = metadata.get("signature"), metadata.get("key_id")
+    if signature is None:
+        return "unsigned_action"
+    if signer != key_id(public):
+        return "unknown_key"
+    try:
+        public.verify(base64.b64decode(signature, validate=True), canonical_bytes(row))
+    except (InvalidSignature, ValueError):
+        return "bad_signature"
+    return None
