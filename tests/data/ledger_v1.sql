@@ -1,5 +1,5 @@
 -- A ledger written at schema version 1 (real rows), by tests/data/make_ledger_v1.py.
--- Load with a raw connection, then PRAGMA application_id = 1129534548; user_version = 1.
+-- Load it raw, then PRAGMA application_id = 1129534548; PRAGMA user_version = 1.
 BEGIN TRANSACTION;
 CREATE TABLE cassette_jobs (
     job_id INTEGER PRIMARY KEY,

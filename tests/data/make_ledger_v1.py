@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from catalytic_cassette import ManualClock, MessageCassette, sqlfiles  # noqa: E402
+from catalytic_cassette import ManualClock, MessageCassette, sqlfiles
 
 V1_TRIGGERS_END = "CREATE TEMP TRIGGER cassette_actions_journal"
 
@@ -57,7 +57,7 @@ def main() -> None:
         conn.close()
     header = (
         "-- A ledger written at schema version 1 (real rows), by tests/data/make_ledger_v1.py.\n"
-        "-- Load with a raw connection, then PRAGMA application_id = 1129534548; user_version = 1.\n"
+        "-- Load it raw, then PRAGMA application_id = 1129534548; PRAGMA user_version = 1.\n"
     )
     Path(__file__).with_name("ledger_v1.sql").write_text(header + "\n".join(lines) + "\n")
 
