@@ -68,3 +68,25 @@ def apply_pending(conn: sqlite3.Connection) -> list[int]:
             ) from exc
         raise
     return applied
+
+
+def pending_versions(path: str) -> list[int]:
+    """Versions a file still needs, read without changing it; all of them for a new file."""
+    import os
+
+    from .connection import connect_readonly
+
+    if path == ":memory:" or not os.path.exists(path):
+        return [m.version for m in sqlfiles.migrations()]
+    conn = connect_readonly(path)
+    try:
+        version = schema_version(conn)
+    finally:
+        conn.close()
+    latest = current_version()
+    if version > latest:
+        raise CassetteError(
+            ErrorCode.SCHEMA_TOO_NEW,
+            f"schema version {version} is newer than this package ({latest})",
+        )
+    return list(range(version + 1, latest + 1))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
 import click
@@ -211,11 +214,14 @@ def status(ctx: click.Context, run_id: str) -> None:
 @click.option(
     "--run-id", default=None, help="Limit the row checks to one run (the chain is always whole)."
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option("--public-key", default=None, help="Check every action's signature against this key.")
 @click.pass_context
-def verify(ctx: click.Context, run_id: str | None) -> None:
+def verify(ctx: click.Context, run_id: str | None, as_json: bool, public_key: str | None) -> None:
     """Check the whole ledger. Exit 0 intact, 1 tampered or inconsistent, 3 cannot verify.
 
-    The JSON report goes to stdout; PASS or FAIL goes to stderr.
+    Findings print one per line (kind, seq, table[key], detail); PASS or FAIL goes
+    to stderr. A progress bar shows on a terminal for long journals.
     """
     from ..errors import CassetteError
     from ..verify import verify_path
@@ -223,20 +229,73 @@ def verify(ctx: click.Context, run_id: str | None) -> None:
     settings = ctx.find_object(Settings)
     assert settings is not None
     try:
-        report = verify_path(settings.db, run_id=run_id)
+        key = None
+        if public_key is not None:
+            from ..signing import load_public
+
+            key = load_public(public_key)
+        with _progress(settings.db) as progress:
+            report = verify_path(settings.db, run_id=run_id, public_key=key, progress=progress)
     except CassetteError as error:
         error.exit_code = EXIT_CANNOT_VERIFY
         raise
-    emit(report.to_dict())
-    for finding in report.findings:
-        where = f" seq={finding.seq}" if finding.seq is not None else ""
-        row = f" {finding.table}[{finding.key}]" if finding.table else ""
-        click.echo(f"{finding.severity}: {finding.kind}{where}{row}: {finding.detail}", err=True)
+    if as_json:
+        emit(report.to_dict())
+    else:
+        for finding in report.findings:
+            where = f" seq={finding.seq}" if finding.seq is not None else ""
+            row = f" {finding.table}[{finding.key}]" if finding.table else ""
+            click.echo(f"{finding.severity}: {finding.kind}{where}{row}: {finding.detail}")
+        for note in report.notes:
+            click.echo(f"note: {note}")
     if report.ok:
-        click.echo("PASS: All invariants verified", err=True)
+        click.echo(
+            f"PASS: All invariants verified ({report.journal_rows} journal entries)", err=True
+        )
     else:
         click.echo(f"FAIL: {len(report.errors)} issue(s) found", err=True)
         ctx.exit(1)
+
+
+@contextmanager
+def _progress(db: str) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on stderr when it is a terminal and the journal is long."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        total = conn.execute("SELECT max(seq) + 1 FROM cassette_journal").fetchone()[0] or 0
+        conn.close()
+    except sqlite3.Error:
+        total = 0
+    if total < 50_000:
+        yield None
+        return
+    with click.progressbar(length=total, label="verifying journal", file=sys.stderr) as bar:
+        yield bar.update
+
+
+@cli.command()
+@click.option("--check", is_flag=True, help="Only report pending migrations; exit 1 if any.")
+@click.pass_context
+def migrate(ctx: click.Context, check: bool) -> None:
+    """Apply pending schema migrations in one transaction (a failure changes nothing)."""
+    from ..migrate import current_version, pending_versions
+
+    settings = ctx.find_object(Settings)
+    assert settings is not None
+    pending = pending_versions(settings.db)
+    if check:
+        emit({"db": settings.db, "latest": current_version(), "pending": pending})
+        if pending:
+            click.echo(f"pending: {len(pending)} migration(s)", err=True)
+            ctx.exit(1)
+        return
+    _open(ctx)
+    emit({"db": settings.db, "applied": pending, "schema_version": current_version()})
 
 
 @cli.command()

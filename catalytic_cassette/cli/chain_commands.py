@@ -1,0 +1,126 @@
+"""Commands of the causal chain: actions, their tree, signing keys."""
+
+from __future__ import annotations
+
+from typing import IO, TYPE_CHECKING, Any
+
+import click
+
+from .boundary import emit
+from .commands import Settings, cli
+from .output import output_options
+
+if TYPE_CHECKING:
+    from ..actions import Action
+    from ..chain import CausalChain
+
+
+def open_chain(ctx: click.Context, signing_key: str | None = None) -> CausalChain:
+    from ..chain import CausalChain
+
+    settings = ctx.find_object(Settings)
+    assert settings is not None
+    chain = CausalChain(settings.db, durability=settings.durability, signing_key=signing_key)
+    ctx.call_on_close(chain.close)
+    return chain
+
+
+@cli.group()
+def action() -> None:
+    """Append and show actions."""
+
+
+@action.command("append")
+@click.option(
+    "--json",
+    "source",
+    type=click.File("rb"),
+    required=True,
+    help="One action object or a JSON array of them (one transaction), or - for stdin.",
+)
+@click.option(
+    "--signing-key",
+    envvar="CASSETTE_SIGNING_KEY",
+    default=None,
+    help="Ed25519 private key file (from `cassette keygen`); signs each action.",
+)
+@output_options
+@click.pass_context
+def action_append(ctx: click.Context, source: IO[bytes], signing_key: str | None) -> list[Action]:
+    """Append actions; print them as stored (with action_seq and timestamp)."""
+    from ..errors import CassetteError, ErrorCode
+    from ..payloads import MAX_PAYLOAD_BYTES, loads
+
+    data = source.read(MAX_PAYLOAD_BYTES + 1)
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise CassetteError(ErrorCode.PAYLOAD_TOO_LARGE, "the actions file is over 16 MiB")
+    try:
+        parsed: Any = loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"not JSON: {exc}") from exc
+    items = parsed if isinstance(parsed, list) else [parsed]
+    return open_chain(ctx, signing_key).append_actions(items)
+
+
+@action.command("show")
+@click.argument("action_id")
+@click.pass_context
+def action_show(ctx: click.Context, action_id: str) -> None:
+    """Print one action (NOT_FOUND when there is none)."""
+    emit(open_chain(ctx).get_action(action_id).to_dict())
+
+
+@cli.command()
+@click.option("--plan", default=None, help="Only this plan_id.")
+@click.option("--intent", default=None, help="Only this intent_id.")
+@click.option("--session", default=None, help="Only this session_id.")
+@click.option("--type", "action_type", default=None, help="Only this action_type.")
+@click.option("--limit", type=click.IntRange(min=1), default=None)
+@output_options
+@click.pass_context
+def actions(
+    ctx: click.Context,
+    plan: str | None,
+    intent: str | None,
+    session: str | None,
+    action_type: str | None,
+    limit: int | None,
+) -> list[Action]:
+    """List actions in insertion order."""
+    return open_chain(ctx).find_actions(
+        plan_id=plan, intent_id=intent, session_id=session, action_type=action_type, limit=limit
+    )
+
+
+@cli.command()
+@click.argument("action_id")
+@output_options
+@click.pass_context
+def children(ctx: click.Context, action_id: str) -> list[Action]:
+    """List the actions whose execution parent is ACTION_ID."""
+    return open_chain(ctx).get_children(action_id)
+
+
+@cli.command()
+@click.argument("action_id")
+@click.pass_context
+def parent(ctx: click.Context, action_id: str) -> None:
+    """Print the execution parent of ACTION_ID (null for a root)."""
+    found = open_chain(ctx).get_parent(action_id)
+    emit(None if found is None else found.to_dict())
+
+
+@cli.command()
+@click.option("--out", "prefix", required=True, help="Writes PREFIX.key (private) and PREFIX.pub.")
+def keygen(prefix: str) -> None:
+    """Generate an Ed25519 signing key pair. The private key never enters the ledger."""
+    from ..signing import generate, key_id, load_public
+
+    private_path, public_path = generate(prefix)
+    emit(
+        {
+            "private_key": str(private_path),
+            "public_key": str(public_path),
+            "key_id": key_id(load_public(public_path)),
+        }
+    )
