@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -104,31 +105,64 @@ def coerce(value: Action | dict[str, Any]) -> Action:
     return action
 
 
+INT64_MAX = 2**63 - 1
+_REQUIRED_TEXT = ("plan_id", "intent_id", "function_name")
+_OPTIONAL_TEXT = ("parent_action_id", "session_id", "error_message")
+_TEXT_CODES = {
+    "plan_id": ErrorCode.INVALID_PLAN_ID,
+    "intent_id": ErrorCode.INVALID_INTENT,
+    "function_name": ErrorCode.INVALID_FUNCTION_NAME,
+    "parent_action_id": ErrorCode.REFERENCE_MISSING,
+    "session_id": ErrorCode.INVALID_SESSION_ID,
+    "error_message": ErrorCode.INVALID_PAYLOAD,
+}
+
+
 def _validate(action: Action) -> None:
     if action.action_type not in ACTION_TYPES:
         raise CassetteError(
             ErrorCode.INVALID_ACTION_TYPE, f"action_type must be one of {', '.join(ACTION_TYPES)}"
         )
+    if not isinstance(action.action_id, str):
+        raise CassetteError(ErrorCode.INVALID_ACTION_ID, "action_id must be a UUID string")
     try:
-        parsed = uuid.UUID(str(action.action_id))
+        parsed = uuid.UUID(action.action_id)
     except ValueError:
         raise CassetteError(ErrorCode.INVALID_ACTION_ID, "action_id must be a UUID") from None
     if str(parsed) != action.action_id:
         raise CassetteError(ErrorCode.INVALID_ACTION_ID, "action_id must be a lowercase UUID")
+    for name in _REQUIRED_TEXT + _OPTIONAL_TEXT:
+        value = getattr(action, name)
+        if value is None and name in _OPTIONAL_TEXT:
+            continue
+        if not isinstance(value, str):
+            raise CassetteError(_TEXT_CODES[name], f"{name} must be a string")
     if action.arguments is not None and not isinstance(action.arguments, list):
         raise CassetteError(ErrorCode.INVALID_ARGUMENTS, "arguments must be a JSON array")
     if not isinstance(action.metadata, dict):
         raise CassetteError(ErrorCode.INVALID_METADATA, "metadata must be a JSON object")
     if not isinstance(action.success, bool):
         raise CassetteError(ErrorCode.INVALID_SUCCESS, "success must be true or false")
+    cost = action.cost
     if (
-        isinstance(action.cost, bool)
-        or not isinstance(action.cost, (int, float))
-        or action.cost < 0
+        isinstance(cost, bool)
+        or not isinstance(cost, (int, float))
+        or not (0 <= cost <= INT64_MAX // COST_SCALE)
+        or not math.isfinite(float(cost))
     ):
-        raise CassetteError(ErrorCode.INVALID_COST, "cost must be a non-negative number")
-    if isinstance(action.duration_ms, bool) or not isinstance(action.duration_ms, int):
-        raise CassetteError(ErrorCode.INVALID_DURATION, "duration_ms must be an integer")
+        raise CassetteError(
+            ErrorCode.INVALID_COST,
+            f"cost must be a finite number in [0, {INT64_MAX // COST_SCALE}]",
+        )
+    duration = action.duration_ms
+    if (
+        isinstance(duration, bool)
+        or not isinstance(duration, int)
+        or not 0 <= duration <= INT64_MAX
+    ):
+        raise CassetteError(
+            ErrorCode.INVALID_DURATION, "duration_ms must be a non-negative integer"
+        )
 
 
 def cost_micros(cost: float) -> int:

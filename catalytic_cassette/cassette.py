@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from . import payloads
 from .clock import Clock
 from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect, write_transaction
-from .errors import CassetteError, ErrorCode
+from .errors import CassetteError, ErrorCode, translate
 from .verify import VerifyReport, verify_connection
 
 SOURCES = ("USER", "PLANNER", "SYSTEM", "WORKER")
@@ -50,9 +51,15 @@ def _name(value: Any, code: ErrorCode, what: str) -> str:
     return value
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _integer(value: Any, code: ErrorCode, what: str) -> int:
+    """A Python int that SQLite can store (64-bit), else a coded refusal."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise CassetteError(code, f"{what} must be an integer, not {value!r}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise CassetteError(code, f"{what} is outside the 64-bit integer range")
     return value
 
 
@@ -66,6 +73,45 @@ def _ttl_ms(ttl_seconds: Any) -> int:
             ErrorCode.INVALID_TTL, f"ttl must be between 0.001 and {MAX_TTL_SECONDS} seconds"
         )
     return max(1, round(ttl_seconds * 1000))
+
+
+T = TypeVar("T")
+
+
+def _indexed(index: int, count: int, call: Callable[..., T], *args: Any) -> T:
+    """Run one item of a batch; a refusal names the item's index when there are several."""
+    try:
+        return call(*args)
+    except sqlite3.Error as exc:
+        error = translate(exc)
+        if count > 1:
+            error.detail["index"] = index
+        raise error from exc
+    except CassetteError as error:
+        if count > 1:
+            error.detail["index"] = index
+        raise
+
+
+def _prepare_complete(
+    run_id: str, step_id: int, worker_id: str, token: int, receipt: dict[str, Any], outcome: str
+) -> dict[str, Any]:
+    _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
+    _integer(step_id, ErrorCode.STEP_NOT_FOUND, "step_id")
+    _name(worker_id, ErrorCode.INVALID_WORKER, "worker_id")
+    _integer(token, ErrorCode.INVALID_TOKEN, "fencing_token")
+    if outcome not in OUTCOMES:
+        raise CassetteError(
+            ErrorCode.INVALID_OUTCOME, f"outcome must be one of {', '.join(OUTCOMES)}"
+        )
+    return {
+        "run": run_id,
+        "step": step_id,
+        "worker": worker_id,
+        "token": token,
+        "outcome": outcome,
+        "receipt": payloads.encode_object(receipt, "receipt"),
+    }
 
 
 class MessageCassette:
@@ -128,19 +174,15 @@ class MessageCassette:
         self, items: list[tuple[dict[str, Any], str, str, str | None]]
     ) -> list[tuple[int, int]]:
         """Post several messages in one transaction; a refused item refuses the batch."""
-        prepared = [self._prepare_post(*item) for item in items]
+        prepared = [
+            _indexed(index, len(items), self._prepare_post, *item)
+            for index, item in enumerate(items)
+        ]
         results: list[tuple[int, int]] = []
         with write_transaction(self.conn) as conn:
             now = self.now_ms()
-            for index, (payload_json, plans, run_id, source, key) in enumerate(prepared):
-                try:
-                    results.append(
-                        self._insert_post(conn, now, payload_json, plans, run_id, source, key)
-                    )
-                except CassetteError as error:
-                    if len(prepared) > 1:
-                        error.detail["index"] = index
-                    raise
+            for index, item in enumerate(prepared):
+                results.append(_indexed(index, len(prepared), self._insert_post, conn, now, *item))
         return results
 
     @staticmethod
@@ -281,47 +323,28 @@ class MessageCassette:
         self, items: list[tuple[str, int, str, int, dict[str, Any], str]]
     ) -> list[int]:
         """Complete several steps in one transaction; a refused item refuses the batch."""
-        prepared = []
-        for run_id, step_id, worker_id, token, receipt, outcome in items:
-            _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
-            _integer(step_id, ErrorCode.STEP_NOT_FOUND, "step_id")
-            _name(worker_id, ErrorCode.INVALID_WORKER, "worker_id")
-            _integer(token, ErrorCode.INVALID_TOKEN, "fencing_token")
-            if outcome not in OUTCOMES:
-                raise CassetteError(
-                    ErrorCode.INVALID_OUTCOME, f"outcome must be one of {', '.join(OUTCOMES)}"
-                )
-            prepared.append(
-                {
-                    "run": run_id,
-                    "step": step_id,
-                    "worker": worker_id,
-                    "token": token,
-                    "outcome": outcome,
-                    "receipt": payloads.encode_object(receipt, "receipt"),
-                }
-            )
+        prepared = [
+            _indexed(index, len(items), _prepare_complete, *item)
+            for index, item in enumerate(items)
+        ]
         receipt_ids: list[int] = []
         with write_transaction(self.conn) as conn:
             now = self.now_ms()
             for index, params in enumerate(prepared):
-                try:
-                    row = conn.execute(_COMPLETE, {**params, "now": now}).fetchone()
-                except sqlite3.Error as exc:
-                    if len(prepared) > 1:
-                        from .errors import translate
-
-                        error = translate(exc)
-                        error.detail["index"] = index
-                        raise error from exc
-                    raise
-                if row is None:
-                    error = CassetteError(ErrorCode.STEP_NOT_FOUND, f"no step {params['step']}")
-                    if len(prepared) > 1:
-                        error.detail["index"] = index
-                    raise error
-                receipt_ids.append(int(row[0]))
+                receipt_ids.append(
+                    _indexed(index, len(prepared), self._insert_receipt, conn, params, now)
+                )
         return receipt_ids
+
+    @staticmethod
+    def _insert_receipt(conn: sqlite3.Connection, params: dict[str, Any], now: int) -> int:
+        try:
+            row = conn.execute(_COMPLETE, {**params, "now": now}).fetchone()
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+        if row is None:
+            raise CassetteError(ErrorCode.STEP_NOT_FOUND, f"no step {params['step']}")
+        return int(row[0])
 
     # -------------------------------------------------------------- requeues
 

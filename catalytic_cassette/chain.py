@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import payloads
-from .actions import COLUMNS, SELECT_COLUMNS, Action, coerce, cost_micros, from_row
+from .actions import COLUMNS, COST_SCALE, SELECT_COLUMNS, Action, coerce, cost_micros, from_row
 from .artifacts import DEFAULT_THRESHOLD_BYTES, ArtifactStore, default_root
 from .cassette import default_db_path
 from .clock import Clock
@@ -90,8 +90,16 @@ class CausalChain:
 
     def append_actions(self, actions: Iterable[Action | dict[str, Any]]) -> list[Action]:
         """Append several actions in one transaction; a refused item refuses the batch."""
-        items = [self._checked(index, a) for index, a in enumerate(actions)]
-        rows = [self._row(action) for action in items]  # artifacts are written before commit
+        items: list[Action] = []
+        rows: list[dict[str, Any]] = []
+        for index, value in enumerate(actions):
+            try:
+                action = coerce(value)
+                rows.append(self._row(action))  # artifacts are written before the commit
+            except CassetteError as refused:
+                refused.detail["index"] = index
+                raise
+            items.append(action)
         stored: list[Action] = []
         with write_transaction(self.conn) as conn:
             now = int(conn.execute("SELECT cassette_now_ms()").fetchone()[0])
@@ -106,19 +114,19 @@ class CausalChain:
                     if len(items) > 1:
                         error.detail["index"] = index
                     raise error from exc
-                stored.append(replace(action, timestamp=now, metadata=metadata, action_seq=seq))
+                stored.append(
+                    replace(
+                        action,
+                        cost=row["cost_micros"] / COST_SCALE,
+                        timestamp=now,
+                        metadata=metadata,
+                        action_seq=seq,
+                    )
+                )
         for action in stored:
             if action.session_id in self._sessions:
                 self._sessions[action.session_id].add(action)
         return stored
-
-    @staticmethod
-    def _checked(index: int, value: Action | dict[str, Any]) -> Action:
-        try:
-            return coerce(value)
-        except CassetteError as error:
-            error.detail["index"] = index
-            raise
 
     def _row(self, action: Action) -> dict[str, Any]:
         arguments_json, arguments_artifact = self._store(action.arguments, "arguments")

@@ -4,7 +4,7 @@
 -- files beside the database; the row then holds {"sha256", "size", "path"}.
 
 CREATE TABLE cassette_actions (
-    action_seq INTEGER PRIMARY KEY,
+    action_seq INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (action_seq > 0),
     action_id TEXT NOT NULL UNIQUE
         CONSTRAINT INVALID_ACTION_ID CHECK (
             length(action_id) = 36 AND action_id NOT GLOB '*[^0-9a-f-]*'
@@ -60,6 +60,7 @@ CREATE TABLE cassette_actions (
 
 CREATE INDEX cassette_actions_by_plan ON cassette_actions (plan_id, action_seq);
 CREATE INDEX cassette_actions_by_intent ON cassette_actions (intent_id, action_seq);
+CREATE INDEX cassette_actions_by_type ON cassette_actions (action_type, action_seq);
 CREATE INDEX cassette_actions_by_session ON cassette_actions (session_id, action_seq)
     WHERE session_id IS NOT NULL;
 CREATE INDEX cassette_actions_by_parent ON cassette_actions (parent_action_id, action_seq)

@@ -21,7 +21,7 @@ CREATE TABLE cassette_migrations (
 ) STRICT;
 
 CREATE TABLE cassette_messages (
-    message_id INTEGER PRIMARY KEY,
+    message_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (message_id > 0),
     run_id TEXT NOT NULL CONSTRAINT INVALID_RUN_ID CHECK (length(run_id) BETWEEN 1 AND 200),
     source TEXT NOT NULL
         CONSTRAINT INVALID_SOURCE CHECK (source IN ('USER', 'PLANNER', 'SYSTEM', 'WORKER')),
@@ -36,7 +36,7 @@ CREATE TABLE cassette_messages (
 ) STRICT;
 
 CREATE TABLE cassette_jobs (
-    job_id INTEGER PRIMARY KEY,
+    job_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (job_id > 0),
     message_id INTEGER NOT NULL,
     run_id TEXT NOT NULL,
     intent TEXT NOT NULL CONSTRAINT INVALID_INTENT CHECK (length(intent) BETWEEN 1 AND 200),
@@ -46,7 +46,7 @@ CREATE TABLE cassette_jobs (
 ) STRICT;
 
 CREATE TABLE cassette_steps (
-    step_id INTEGER PRIMARY KEY,
+    step_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (step_id > 0),
     job_id INTEGER NOT NULL,
     run_id TEXT NOT NULL,
     message_id INTEGER NOT NULL,
@@ -77,7 +77,7 @@ CREATE INDEX cassette_steps_leased
 CREATE INDEX cassette_steps_by_run_status ON cassette_steps (run_id, status);
 
 CREATE TABLE cassette_receipts (
-    receipt_id INTEGER PRIMARY KEY,
+    receipt_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (receipt_id > 0),
     step_id INTEGER NOT NULL UNIQUE,
     job_id INTEGER NOT NULL,
     run_id TEXT NOT NULL,
@@ -97,7 +97,7 @@ CREATE INDEX cassette_receipts_by_run ON cassette_receipts (run_id, outcome);
 -- A lease holder giving its step back before expiry. Recording the release is
 -- what allows LEASED -> PENDING for an unexpired lease.
 CREATE TABLE cassette_releases (
-    release_id INTEGER PRIMARY KEY,
+    release_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (release_id > 0),
     step_id INTEGER NOT NULL,
     run_id TEXT NOT NULL,
     worker_id TEXT NOT NULL CONSTRAINT INVALID_WORKER CHECK (length(worker_id) BETWEEN 1 AND 200),
@@ -200,6 +200,10 @@ END;
 
 CREATE TRIGGER cassette_steps_insert_guard BEFORE INSERT ON cassette_steps
 BEGIN
+    SELECT RAISE(ABORT, 'INVALID_STATUS: status is PENDING, LEASED or COMMITTED')
+    WHERE NEW.status IS NULL OR NEW.status NOT IN ('PENDING', 'LEASED', 'COMMITTED');
+    SELECT RAISE(ABORT, 'INVALID_TOKEN: a fencing token is a non-negative integer')
+    WHERE typeof(NEW.fencing_token) IS NOT 'integer' OR NEW.fencing_token < 0;
     SELECT RAISE(ABORT, 'APPEND_ONLY: a step with this step_id exists')
     WHERE EXISTS (SELECT 1 FROM cassette_steps WHERE step_id = NEW.step_id);
     SELECT RAISE(ABORT, 'APPEND_ONLY: a step with this job_id and ordinal exists')
@@ -222,6 +226,10 @@ END;
 -- (only by a receipt), LEASED -> PENDING (requeue or release). Nothing else.
 CREATE TRIGGER cassette_steps_update_guard BEFORE UPDATE ON cassette_steps
 BEGIN
+    SELECT RAISE(ABORT, 'INVALID_STATUS: status is PENDING, LEASED or COMMITTED')
+    WHERE NEW.status IS NULL OR NEW.status NOT IN ('PENDING', 'LEASED', 'COMMITTED');
+    SELECT RAISE(ABORT, 'INVALID_TOKEN: a fencing token is a non-negative integer')
+    WHERE typeof(NEW.fencing_token) IS NOT 'integer' OR NEW.fencing_token < 0;
     SELECT RAISE(ABORT, 'IMMUTABLE_FIELD: only status, lease fields and fencing_token of a step change')
     WHERE NEW.step_id IS NOT OLD.step_id OR NEW.job_id IS NOT OLD.job_id
        OR NEW.run_id IS NOT OLD.run_id OR NEW.message_id IS NOT OLD.message_id
@@ -258,6 +266,10 @@ END;
 
 CREATE TRIGGER cassette_receipts_insert_guard BEFORE INSERT ON cassette_receipts
 BEGIN
+    SELECT RAISE(ABORT, 'INVALID_WORKER: worker_id is a string of 1-200 characters')
+    WHERE typeof(NEW.worker_id) IS NOT 'text' OR length(NEW.worker_id) NOT BETWEEN 1 AND 200;
+    SELECT RAISE(ABORT, 'INVALID_OUTCOME: outcome is SUCCESS, FAILURE or ABORTED')
+    WHERE NEW.outcome IS NULL OR NEW.outcome NOT IN ('SUCCESS', 'FAILURE', 'ABORTED');
     SELECT RAISE(ABORT, 'APPEND_ONLY: a receipt with this receipt_id exists')
     WHERE EXISTS (SELECT 1 FROM cassette_receipts WHERE receipt_id = NEW.receipt_id);
     SELECT RAISE(ABORT, 'STEP_NOT_FOUND: the receipt''s step does not exist')
@@ -286,8 +298,13 @@ END;
 
 CREATE TRIGGER cassette_releases_insert_guard BEFORE INSERT ON cassette_releases
 BEGIN
+    SELECT RAISE(ABORT, 'INVALID_WORKER: worker_id is a string of 1-200 characters')
+    WHERE typeof(NEW.worker_id) IS NOT 'text' OR length(NEW.worker_id) NOT BETWEEN 1 AND 200;
     SELECT RAISE(ABORT, 'APPEND_ONLY: a release with this release_id exists')
     WHERE EXISTS (SELECT 1 FROM cassette_releases WHERE release_id = NEW.release_id);
+    SELECT RAISE(ABORT, 'APPEND_ONLY: a release of this step with this token exists')
+    WHERE EXISTS (SELECT 1 FROM cassette_releases
+                  WHERE step_id = NEW.step_id AND fencing_token = NEW.fencing_token);
     SELECT RAISE(ABORT, 'STEP_NOT_FOUND: the released step does not exist')
     WHERE NOT EXISTS (SELECT 1 FROM cassette_steps WHERE step_id = NEW.step_id);
     SELECT RAISE(ABORT, 'RUN_MISMATCH: the step belongs to another run')
@@ -365,7 +382,7 @@ BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette conne
 -- ===================================================================== 0002
 
 CREATE TABLE cassette_actions (
-    action_seq INTEGER PRIMARY KEY,
+    action_seq INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (action_seq > 0),
     action_id TEXT NOT NULL UNIQUE
         CONSTRAINT INVALID_ACTION_ID CHECK (
             length(action_id) = 36 AND action_id NOT GLOB '*[^0-9a-f-]*'
@@ -421,6 +438,7 @@ CREATE TABLE cassette_actions (
 
 CREATE INDEX cassette_actions_by_plan ON cassette_actions (plan_id, action_seq);
 CREATE INDEX cassette_actions_by_intent ON cassette_actions (intent_id, action_seq);
+CREATE INDEX cassette_actions_by_type ON cassette_actions (action_type, action_seq);
 CREATE INDEX cassette_actions_by_session ON cassette_actions (session_id, action_seq)
     WHERE session_id IS NOT NULL;
 CREATE INDEX cassette_actions_by_parent ON cassette_actions (parent_action_id, action_seq)

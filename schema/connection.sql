@@ -35,6 +35,7 @@ CREATE TEMP TRIGGER cassette_receipts_clock_guard BEFORE INSERT ON main.cassette
 WHEN NEW.outcome IS NOT 'ABORTED'
  AND EXISTS (SELECT 1 FROM cassette_steps s
              WHERE s.step_id = NEW.step_id AND s.status = 'LEASED'
+               AND s.run_id IS NEW.run_id AND s.job_id IS NEW.job_id
                AND s.fencing_token IS NEW.fencing_token AND s.lease_owner IS NEW.worker_id
                AND s.lease_expires_at <= cassette_now_ms())
 BEGIN

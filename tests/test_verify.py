@@ -171,9 +171,10 @@ def _swap_rows(conn: sqlite3.Connection, table: str) -> object:
         row[0]
         for row in conn.execute(f"SELECT {position} FROM {table} ORDER BY {position} LIMIT 2")
     )
-    conn.execute(f"UPDATE {table} SET {position} = -1 WHERE {position} = ?", (first,))
+    parked = 10**9  # a free position while the two rows trade places
+    conn.execute(f"UPDATE {table} SET {position} = ? WHERE {position} = ?", (parked, first))
     conn.execute(f"UPDATE {table} SET {position} = ? WHERE {position} = ?", (first, second))
-    conn.execute(f"UPDATE {table} SET {position} = ? WHERE {position} = -1", (second,))
+    conn.execute(f"UPDATE {table} SET {position} = ? WHERE {position} = ?", (second, parked))
     return conn.execute(
         f"SELECT {key_col} FROM {table} WHERE {position} = ?", (second,)
     ).fetchone()[0]

@@ -2,7 +2,7 @@
 -- Load it raw, then PRAGMA application_id = 1129534548; PRAGMA user_version = 1.
 BEGIN TRANSACTION;
 CREATE TABLE cassette_jobs (
-    job_id INTEGER PRIMARY KEY,
+    job_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (job_id > 0),
     message_id INTEGER NOT NULL,
     run_id TEXT NOT NULL,
     intent TEXT NOT NULL CONSTRAINT INVALID_INTENT CHECK (length(intent) BETWEEN 1 AND 200),
@@ -51,7 +51,7 @@ INSERT INTO "cassette_journal" VALUES(24,'{"table":"cassette_releases","op":"INS
 INSERT INTO "cassette_journal" VALUES(25,'{"table":"cassette_steps","op":"UPDATE","key":3,"row":{"step_id":3,"job_id":3,"run_id":"run-v1","message_id":3,"job_ordinal":0,"ordinal":0,"status":"PENDING","lease_owner":null,"lease_expires_at":null,"fencing_token":2,"payload_json":"{\"task\":\"t2\"}","created_at":1790000000000}}',X'E2D6579AC79DF4431258A08C65549C71B05D5E400BA4EC4756C60A11DF59A006',X'48AE851FA5AB0CAA2C2A8AC784BE667852C3D687C77F923B0CAA4EF762D63370');
 INSERT INTO "cassette_journal" VALUES(26,'{"table":"cassette_steps","op":"UPDATE","key":3,"row":{"step_id":3,"job_id":3,"run_id":"run-v1","message_id":3,"job_ordinal":0,"ordinal":0,"status":"LEASED","lease_owner":"w5","lease_expires_at":1790000062000,"fencing_token":3,"payload_json":"{\"task\":\"t2\"}","created_at":1790000000000}}',X'3A7DF07CC19B7DA64320C30222EFA0FAFA61D7471C2C92C0CA691612FDA6F855',X'ED6E23341AE68B1AC0E360B69746B181D4659FD20AE7E5AE2EA2712BF674DAE0');
 CREATE TABLE cassette_messages (
-    message_id INTEGER PRIMARY KEY,
+    message_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (message_id > 0),
     run_id TEXT NOT NULL CONSTRAINT INVALID_RUN_ID CHECK (length(run_id) BETWEEN 1 AND 200),
     source TEXT NOT NULL
         CONSTRAINT INVALID_SOURCE CHECK (source IN ('USER', 'PLANNER', 'SYSTEM', 'WORKER')),
@@ -78,9 +78,9 @@ CREATE TABLE cassette_migrations (
     name TEXT NOT NULL,
     sha256 TEXT NOT NULL CHECK (length(sha256) = 64)
 ) STRICT;
-INSERT INTO "cassette_migrations" VALUES(1,'cassette','1b52b827d746e21a859634530794cd3553e9d53664b1f22b6749c63d925fb100');
+INSERT INTO "cassette_migrations" VALUES(1,'cassette','aeaecd675e0b0244fedcaf63278396988b099cd6436b9ca4920302c4a4602ef7');
 CREATE TABLE cassette_receipts (
-    receipt_id INTEGER PRIMARY KEY,
+    receipt_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (receipt_id > 0),
     step_id INTEGER NOT NULL UNIQUE,
     job_id INTEGER NOT NULL,
     run_id TEXT NOT NULL,
@@ -97,7 +97,7 @@ CREATE TABLE cassette_receipts (
 INSERT INTO "cassette_receipts" VALUES(1,1,1,'run-v1','w1',1,'SUCCESS','{"ok":true}',1790000000000);
 INSERT INTO "cassette_receipts" VALUES(2,2,2,'run-v1','w2',1,'FAILURE','{"e":1}',1790000000000);
 CREATE TABLE cassette_releases (
-    release_id INTEGER PRIMARY KEY,
+    release_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (release_id > 0),
     step_id INTEGER NOT NULL,
     run_id TEXT NOT NULL,
     worker_id TEXT NOT NULL CONSTRAINT INVALID_WORKER CHECK (length(worker_id) BETWEEN 1 AND 200),
@@ -107,7 +107,7 @@ CREATE TABLE cassette_releases (
 ) STRICT;
 INSERT INTO "cassette_releases" VALUES(1,3,'run-v1','w4',2,1790000002000);
 CREATE TABLE cassette_steps (
-    step_id INTEGER PRIMARY KEY,
+    step_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (step_id > 0),
     job_id INTEGER NOT NULL,
     run_id TEXT NOT NULL,
     message_id INTEGER NOT NULL,
@@ -202,6 +202,10 @@ BEGIN
 END;
 CREATE TRIGGER cassette_steps_insert_guard BEFORE INSERT ON cassette_steps
 BEGIN
+    SELECT RAISE(ABORT, 'INVALID_STATUS: status is PENDING, LEASED or COMMITTED')
+    WHERE NEW.status IS NULL OR NEW.status NOT IN ('PENDING', 'LEASED', 'COMMITTED');
+    SELECT RAISE(ABORT, 'INVALID_TOKEN: a fencing token is a non-negative integer')
+    WHERE typeof(NEW.fencing_token) IS NOT 'integer' OR NEW.fencing_token < 0;
     SELECT RAISE(ABORT, 'APPEND_ONLY: a step with this step_id exists')
     WHERE EXISTS (SELECT 1 FROM cassette_steps WHERE step_id = NEW.step_id);
     SELECT RAISE(ABORT, 'APPEND_ONLY: a step with this job_id and ordinal exists')
@@ -221,6 +225,10 @@ BEGIN
 END;
 CREATE TRIGGER cassette_steps_update_guard BEFORE UPDATE ON cassette_steps
 BEGIN
+    SELECT RAISE(ABORT, 'INVALID_STATUS: status is PENDING, LEASED or COMMITTED')
+    WHERE NEW.status IS NULL OR NEW.status NOT IN ('PENDING', 'LEASED', 'COMMITTED');
+    SELECT RAISE(ABORT, 'INVALID_TOKEN: a fencing token is a non-negative integer')
+    WHERE typeof(NEW.fencing_token) IS NOT 'integer' OR NEW.fencing_token < 0;
     SELECT RAISE(ABORT, 'IMMUTABLE_FIELD: only status, lease fields and fencing_token of a step change')
     WHERE NEW.step_id IS NOT OLD.step_id OR NEW.job_id IS NOT OLD.job_id
        OR NEW.run_id IS NOT OLD.run_id OR NEW.message_id IS NOT OLD.message_id
@@ -254,6 +262,10 @@ BEGIN
 END;
 CREATE TRIGGER cassette_receipts_insert_guard BEFORE INSERT ON cassette_receipts
 BEGIN
+    SELECT RAISE(ABORT, 'INVALID_WORKER: worker_id is a string of 1-200 characters')
+    WHERE typeof(NEW.worker_id) IS NOT 'text' OR length(NEW.worker_id) NOT BETWEEN 1 AND 200;
+    SELECT RAISE(ABORT, 'INVALID_OUTCOME: outcome is SUCCESS, FAILURE or ABORTED')
+    WHERE NEW.outcome IS NULL OR NEW.outcome NOT IN ('SUCCESS', 'FAILURE', 'ABORTED');
     SELECT RAISE(ABORT, 'APPEND_ONLY: a receipt with this receipt_id exists')
     WHERE EXISTS (SELECT 1 FROM cassette_receipts WHERE receipt_id = NEW.receipt_id);
     SELECT RAISE(ABORT, 'STEP_NOT_FOUND: the receipt''s step does not exist')
@@ -277,8 +289,13 @@ BEGIN
 END;
 CREATE TRIGGER cassette_releases_insert_guard BEFORE INSERT ON cassette_releases
 BEGIN
+    SELECT RAISE(ABORT, 'INVALID_WORKER: worker_id is a string of 1-200 characters')
+    WHERE typeof(NEW.worker_id) IS NOT 'text' OR length(NEW.worker_id) NOT BETWEEN 1 AND 200;
     SELECT RAISE(ABORT, 'APPEND_ONLY: a release with this release_id exists')
     WHERE EXISTS (SELECT 1 FROM cassette_releases WHERE release_id = NEW.release_id);
+    SELECT RAISE(ABORT, 'APPEND_ONLY: a release of this step with this token exists')
+    WHERE EXISTS (SELECT 1 FROM cassette_releases
+                  WHERE step_id = NEW.step_id AND fencing_token = NEW.fencing_token);
     SELECT RAISE(ABORT, 'STEP_NOT_FOUND: the released step does not exist')
     WHERE NOT EXISTS (SELECT 1 FROM cassette_steps WHERE step_id = NEW.step_id);
     SELECT RAISE(ABORT, 'RUN_MISMATCH: the step belongs to another run')
