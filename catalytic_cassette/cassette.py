@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from . import payloads
-from .clock import Clock
+from .clock import Clock, SystemClock
 from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect, write_transaction
 from .errors import CassetteError, ErrorCode, translate
 from .verify import VerifyReport, verify_connection
@@ -130,10 +130,10 @@ class MessageCassette:
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     ) -> None:
         self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
+        self.clock: Clock = clock or SystemClock()
         self.conn: sqlite3.Connection = connect(
-            self.db_path, clock=clock, durability=durability, busy_timeout_ms=busy_timeout_ms
+            self.db_path, clock=self.clock, durability=durability, busy_timeout_ms=busy_timeout_ms
         )
-        self._clock_sql = "SELECT cassette_now_ms()"
 
     # ------------------------------------------------------------------ life
 
@@ -152,7 +152,8 @@ class MessageCassette:
         self.close()
 
     def now_ms(self) -> int:
-        return int(self.conn.execute(self._clock_sql).fetchone()[0])
+        """The ledger clock: the same object the SQL function cassette_now_ms() reads."""
+        return self.clock.now_ms()
 
     # ----------------------------------------------------------------- posts
 

@@ -14,7 +14,7 @@ from . import payloads
 from .actions import COLUMNS, COST_SCALE, SELECT_COLUMNS, Action, coerce, cost_micros, from_row
 from .artifacts import DEFAULT_THRESHOLD_BYTES, ArtifactStore, default_root
 from .cassette import default_db_path
-from .clock import Clock
+from .clock import Clock, SystemClock
 from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect, write_transaction
 from .errors import CassetteError, ErrorCode, translate
 from .sessions import SessionWorkingSet
@@ -56,8 +56,9 @@ class CausalChain:
         artifact_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
+        self.clock: Clock = clock or SystemClock()
         self.conn: sqlite3.Connection = connect(
-            self.db_path, clock=clock, durability=durability, busy_timeout_ms=busy_timeout_ms
+            self.db_path, clock=self.clock, durability=durability, busy_timeout_ms=busy_timeout_ms
         )
         db_dir = Path(self.db_path).resolve().parent
         root = Path(artifact_dir) if artifact_dir is not None else default_root(self.db_path)
@@ -102,7 +103,7 @@ class CausalChain:
             items.append(action)
         stored: list[Action] = []
         with write_transaction(self.conn) as conn:
-            now = int(conn.execute("SELECT cassette_now_ms()").fetchone()[0])
+            now = self.clock.now_ms()
             for index, (action, row) in enumerate(zip(items, rows, strict=True)):
                 row["timestamp"] = now
                 metadata = self._signed_metadata(row)

@@ -45,6 +45,8 @@ END;
 -- ---------------------------------------------------------------- journal
 -- Body: canonical JSON built by SQLite with keys in a fixed order:
 -- {"table":T,"op":"INSERT"|"UPDATE","key":K,"row":{every column, in table order}}
+-- "LIMIT -1 OFFSET 0" keeps SQLite from flattening the subqueries, which would build
+-- the body and hash it once per reference instead of once.
 
 CREATE TEMP TRIGGER cassette_messages_journal AFTER INSERT ON main.cassette_messages
 BEGIN
@@ -58,7 +60,8 @@ BEGIN
                                'source', NEW.source, 'idempotency_key', NEW.idempotency_key,
                                'payload_json', NEW.payload_json, 'created_at', NEW.created_at)) AS body
                 FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+          LIMIT -1 OFFSET 0) e;
 END;
 
 CREATE TEMP TRIGGER cassette_jobs_journal AFTER INSERT ON main.cassette_jobs
@@ -73,7 +76,8 @@ BEGIN
                                'run_id', NEW.run_id, 'intent', NEW.intent,
                                'ordinal', NEW.ordinal, 'created_at', NEW.created_at)) AS body
                 FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+          LIMIT -1 OFFSET 0) e;
 END;
 
 CREATE TEMP TRIGGER cassette_steps_journal AFTER INSERT ON main.cassette_steps
@@ -91,7 +95,8 @@ BEGIN
                                'fencing_token', NEW.fencing_token, 'payload_json', NEW.payload_json,
                                'created_at', NEW.created_at)) AS body
                 FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+          LIMIT -1 OFFSET 0) e;
 END;
 
 CREATE TEMP TRIGGER cassette_steps_journal_update AFTER UPDATE ON main.cassette_steps
@@ -109,7 +114,8 @@ BEGIN
                                'fencing_token', NEW.fencing_token, 'payload_json', NEW.payload_json,
                                'created_at', NEW.created_at)) AS body
                 FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+          LIMIT -1 OFFSET 0) e;
 END;
 
 CREATE TEMP TRIGGER cassette_receipts_journal AFTER INSERT ON main.cassette_receipts
@@ -126,7 +132,8 @@ BEGIN
                                'outcome', NEW.outcome, 'receipt_json', NEW.receipt_json,
                                'created_at', NEW.created_at)) AS body
                 FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+          LIMIT -1 OFFSET 0) e;
 END;
 
 CREATE TEMP TRIGGER cassette_releases_journal AFTER INSERT ON main.cassette_releases
@@ -142,7 +149,8 @@ BEGIN
                                'fencing_token', NEW.fencing_token,
                                'created_at', NEW.created_at)) AS body
                 FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+          LIMIT -1 OFFSET 0) e;
 END;
 
 CREATE TEMP TRIGGER cassette_actions_journal AFTER INSERT ON main.cassette_actions
@@ -164,5 +172,6 @@ BEGIN
                                'cost_micros', NEW.cost_micros, 'duration_ms', NEW.duration_ms,
                                'timestamp', NEW.timestamp, 'metadata_json', NEW.metadata_json)) AS body
                 FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h) n) e;
+                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+          LIMIT -1 OFFSET 0) e;
 END;

@@ -1,0 +1,309 @@
+"""Causal-chain benchmarks: appends against raw sqlite3, verify speed and memory, sessions.
+
+Every comparison runs in the same process, interleaved (A B A B ...), and reports the
+median and range of N repetitions plus the ratio of medians. Results and the command that
+produced them go to docs/BENCHMARKS.md.
+
+    python scripts/bench_chain.py                 # the full run recorded in docs/BENCHMARKS.md
+    python scripts/bench_chain.py --quick         # seconds; what the test suite runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import resource
+import sqlite3
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from catalytic_cassette.chain import CausalChain  # noqa: E402
+
+RAW_TABLE = """
+CREATE TABLE actions (
+    action_seq INTEGER PRIMARY KEY, action_id TEXT NOT NULL UNIQUE, parent_action_id TEXT,
+    plan_id TEXT NOT NULL, intent_id TEXT NOT NULL, session_id TEXT, action_type TEXT NOT NULL,
+    function_name TEXT NOT NULL, arguments_json TEXT, result_json TEXT, success INTEGER NOT NULL,
+    error_message TEXT, cost_micros INTEGER NOT NULL, duration_ms INTEGER NOT NULL,
+    timestamp INTEGER NOT NULL, metadata_json TEXT NOT NULL
+) STRICT
+"""
+RAW_JOURNAL = """
+CREATE TABLE journal (seq INTEGER PRIMARY KEY, body TEXT NOT NULL, leaf_hash BLOB NOT NULL,
+                      chain_hash BLOB NOT NULL) STRICT
+"""
+RAW_INSERT = (
+    "INSERT INTO actions (action_id, parent_action_id, plan_id, intent_id, session_id,"
+    " action_type, function_name, arguments_json, result_json, success, error_message,"
+    " cost_micros, duration_ms, timestamp, metadata_json)"
+    " VALUES (?, NULL, 'plan-1', 'intent-1', 'session-1', 'CapabilityCall', 'search', ?, ?, 1,"
+    " NULL, 2000, 12, ?, '{}')"
+)
+ARGUMENTS = ["disk full on /var", {"limit": 10}]
+RESULT = {"hits": 3, "top": "df -h"}
+
+
+def action(session: str = "session-1") -> dict[str, object]:
+    return {
+        "plan_id": "plan-1",
+        "intent_id": "intent-1",
+        "session_id": session,
+        "action_type": "CapabilityCall",
+        "function_name": "search",
+        "arguments": ARGUMENTS,
+        "result": RESULT,
+        "cost": 0.002,
+        "duration_ms": 12,
+    }
+
+
+def raw_connection(path: Path, durability: str, journal: bool) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {durability.upper()}")
+    conn.execute(RAW_TABLE)
+    if journal:
+        conn.execute(RAW_JOURNAL)
+    return conn
+
+
+def median_range(samples: list[float]) -> str:
+    return f"{statistics.median(samples):,.0f}/s (range {min(samples):,.0f}-{max(samples):,.0f})"
+
+
+def interleave(
+    contenders: dict[str, Callable[[int], float]], count: int, reps: int
+) -> dict[str, list[float]]:
+    """Run every contender once per repetition, in turn; each returns ops/second."""
+    results: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(reps):
+        for name, run in contenders.items():
+            results[name].append(run(count))
+    return results
+
+
+class Single:
+    """One record per transaction."""
+
+    def __init__(self, scratch: Path, durability: str) -> None:
+        self.ours = CausalChain(scratch / "single-ours.db", durability=durability)
+        self.raw = raw_connection(scratch / "single-raw.db", durability, journal=False)
+        self.chained = raw_connection(scratch / "single-chained.db", durability, journal=True)
+        self.prev = bytes(32)
+        self.seq = 0
+
+    def run_ours(self, count: int) -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            self.ours.append_action(action())
+        return count / (time.perf_counter() - start)
+
+    def run_raw(self, count: int) -> float:
+        args, result = json.dumps(ARGUMENTS), json.dumps(RESULT)
+        start = time.perf_counter()
+        for _ in range(count):
+            self.raw.execute("BEGIN IMMEDIATE")
+            self.raw.execute(RAW_INSERT, (str(uuid.uuid4()), args, result, time.time_ns() // 10**6))
+            self.raw.execute("COMMIT")
+        return count / (time.perf_counter() - start)
+
+    def run_chained(self, count: int) -> float:
+        """Raw insert plus a hash-chained journal row, computed in Python, same transaction."""
+        args, result = json.dumps(ARGUMENTS), json.dumps(RESULT)
+        start = time.perf_counter()
+        for _ in range(count):
+            action_id, now = str(uuid.uuid4()), time.time_ns() // 10**6
+            body = json.dumps({"table": "actions", "key": action_id, "args": args, "ts": now})
+            leaf = hashlib.sha256(b"\x00" + body.encode()).digest()
+            chain = hashlib.sha256(
+                b"\x02" + struct.pack(">Q", self.seq) + self.prev + leaf
+            ).digest()
+            self.chained.execute("BEGIN IMMEDIATE")
+            self.chained.execute(RAW_INSERT, (action_id, args, result, now))
+            self.chained.execute(
+                "INSERT INTO journal VALUES (?, ?, ?, ?)", (self.seq, body, leaf, chain)
+            )
+            self.chained.execute("COMMIT")
+            self.prev, self.seq = chain, self.seq + 1
+        return count / (time.perf_counter() - start)
+
+
+class Batched:
+    """Batches of `batch` records per transaction."""
+
+    def __init__(self, scratch: Path, durability: str, batch: int) -> None:
+        self.batch = batch
+        self.ours = CausalChain(scratch / "batch-ours.db", durability=durability)
+        self.raw = raw_connection(scratch / "batch-raw.db", durability, journal=False)
+
+    def run_ours(self, count: int) -> float:
+        start = time.perf_counter()
+        for _ in range(count // self.batch):
+            self.ours.append_actions([action() for _ in range(self.batch)])
+        return count / (time.perf_counter() - start)
+
+    def run_raw(self, count: int) -> float:
+        args, result = json.dumps(ARGUMENTS), json.dumps(RESULT)
+        start = time.perf_counter()
+        for _ in range(count // self.batch):
+            now = time.time_ns() // 10**6
+            self.raw.execute("BEGIN IMMEDIATE")
+            self.raw.executemany(
+                RAW_INSERT, [(str(uuid.uuid4()), args, result, now) for _ in range(self.batch)]
+            )
+            self.raw.execute("COMMIT")
+        return count / (time.perf_counter() - start)
+
+
+def build_ledger(path: Path, total: int, session_size: int, durability: str) -> float:
+    """A ledger of `total` actions in sessions of `session_size`; returns actions/second."""
+    start = time.perf_counter()
+    with CausalChain(path, durability=durability) as chain:
+        batch = 1000
+        for first in range(0, total, batch):
+            chain.append_actions(
+                [action(f"session-{(first + i) // session_size}") for i in range(batch)]
+            )
+    return total / (time.perf_counter() - start)
+
+
+def measure_in_child(code: str) -> dict[str, float]:
+    """Run `code` in a fresh interpreter; it prints a JSON object of its measurements."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+CHILD_VERIFY = """
+import json, resource, sys, time
+sys.path.insert(0, {root!r})
+from catalytic_cassette.verify import verify_path
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
+report = verify_path({path!r})
+elapsed = time.perf_counter() - start
+assert report.ok, report.findings[:3]
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({{"rows": report.journal_rows, "seconds": elapsed,
+                  "rows_per_s": report.journal_rows / elapsed,
+                  "rss_before_kib": before, "rss_peak_kib": peak}}))
+"""
+
+CHILD_SESSION = """
+import json, resource, sys, time
+sys.path.insert(0, {root!r})
+from catalytic_cassette.chain import CausalChain
+def rss():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+base = rss()
+start = time.perf_counter()
+chain = CausalChain({path!r})
+opened = time.perf_counter() - start
+after_open = rss()
+start = time.perf_counter()
+working = chain.load_session("session-7")
+loaded = time.perf_counter() - start
+after_load = rss()
+print(json.dumps({{"open_ms": opened * 1000, "load_ms": loaded * 1000, "actions": len(working),
+                  "open_rss_kib": after_open - base, "load_rss_kib": after_load - after_open}}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--durability", choices=["normal", "full", "both"], default="both")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--single", type=int, default=2000, help="records per single-insert rep")
+    parser.add_argument("--batched", type=int, default=20000, help="records per batched rep")
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--ledger-sizes", default="100000,1000000", help="actions, for verify")
+    parser.add_argument("--session-size", type=int, default=1000)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the script")
+    args = parser.parse_args()
+    if args.quick:
+        args.reps, args.single, args.batched, args.batch = 1, 50, 200, 100
+        args.ledger_sizes, args.session_size = "2000", 100
+    durabilities = ["normal", "full"] if args.durability == "both" else [args.durability]
+    root = str(Path(__file__).resolve().parents[1])
+
+    print(
+        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
+        f"{os.cpu_count()} CPUs, {platform.machine()}"
+    )
+    row = json.dumps(action())
+    print(
+        f"action: {len(row)} bytes of JSON input; batch size {args.batch}; "
+        f"{args.reps} interleaved repetitions; journal mode WAL"
+    )
+
+    with tempfile.TemporaryDirectory(prefix="bench-chain-") as tmp:
+        scratch = Path(tmp)
+        for durability in durabilities:
+            print(f"\n== durability {durability} (synchronous={durability.upper()})")
+            (scratch / durability).mkdir()
+            single = Single(scratch / durability, durability)
+            results = interleave(
+                {"ours": single.run_ours, "raw": single.run_raw, "raw+chain": single.run_chained},
+                args.single,
+                args.reps,
+            )
+            ours = statistics.median(results["ours"])
+            for name, samples in results.items():
+                print(f"append one per transaction, {name:9s}: {median_range(samples)}")
+            print(
+                f"  ratio ours/raw = {ours / statistics.median(results['raw']):.2f}  "
+                f"ours/raw+chain = {ours / statistics.median(results['raw+chain']):.2f}"
+            )
+            batched = Batched(scratch / durability, durability, args.batch)
+            results = interleave(
+                {"ours": batched.run_ours, "raw": batched.run_raw}, args.batched, args.reps
+            )
+            for name, samples in results.items():
+                print(f"append batches of {args.batch}, {name:4s}: {median_range(samples)}")
+            print(
+                f"  ratio ours/raw = "
+                f"{statistics.median(results['ours']) / statistics.median(results['raw']):.2f}"
+            )
+
+        print("\n== verify and sessions (durability normal for the build)")
+        for size in (int(s) for s in args.ledger_sizes.split(",")):
+            path = scratch / f"ledger-{size}.db"
+            rate = build_ledger(path, size, args.session_size, "normal")
+            on_disk = sum(
+                p.stat().st_size for p in scratch.glob(f"ledger-{size}.db*") if p.is_file()
+            )
+            print(f"built {size:,} actions at {rate:,.0f}/s; {on_disk / size:,.0f} bytes/action")
+            v = measure_in_child(CHILD_VERIFY.format(root=root, path=str(path)))
+            print(
+                f"verify {v['rows']:,.0f} journal rows: {v['seconds']:.2f} s = "
+                f"{v['rows_per_s']:,.0f} rows/s; peak RSS {v['rss_peak_kib'] / 1024:.1f} MiB "
+                f"(interpreter and imports {v['rss_before_kib'] / 1024:.1f} MiB)"
+            )
+            s = measure_in_child(CHILD_SESSION.format(root=root, path=str(path)))
+            print(
+                f"open ledger: {s['open_ms']:.1f} ms, +{s['open_rss_kib'] / 1024:.2f} MiB; "
+                f"load_session of {s['actions']:,.0f} actions: {s['load_ms']:.1f} ms, "
+                f"+{s['load_rss_kib'] / 1024:.2f} MiB"
+            )
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"\nbenchmark process peak RSS {usage.ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
