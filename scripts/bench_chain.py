@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from catalytic_cassette.chain import CausalChain  # noqa: E402
+from catalytic_cassette.chain import CausalChain
 
 RAW_TABLE = """
 CREATE TABLE actions (
