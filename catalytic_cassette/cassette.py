@@ -68,6 +68,10 @@ def _ttl_ms(ttl_seconds: Any) -> int:
         raise CassetteError(
             ErrorCode.INVALID_TTL, f"ttl must be a number of seconds: {ttl_seconds!r}"
         )
+    if isinstance(ttl_seconds, int) and not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
+        raise CassetteError(  # before math.isfinite, which overflows on huge ints
+            ErrorCode.INVALID_TTL, f"ttl must be between 0.001 and {MAX_TTL_SECONDS} seconds"
+        )
     if not math.isfinite(ttl_seconds) or not 0.001 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise CassetteError(
             ErrorCode.INVALID_TTL, f"ttl must be between 0.001 and {MAX_TTL_SECONDS} seconds"

@@ -123,17 +123,29 @@ CREATE TRIGGER cassette_meta_no_update BEFORE UPDATE ON cassette_meta
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be updated'); END;
 CREATE TRIGGER cassette_meta_no_delete BEFORE DELETE ON cassette_meta
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be deleted'); END;
-CREATE TRIGGER cassette_meta_no_replace BEFORE INSERT ON cassette_meta
-WHEN EXISTS (SELECT 1 FROM cassette_meta WHERE key = NEW.key)
-BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be replaced'); END;
+-- Written only by the package's migration runner: a connection without the
+-- package's functions (a raw shell) cannot add rows here.
+CREATE TRIGGER cassette_meta_insert_guard BEFORE INSERT ON cassette_meta
+BEGIN
+    SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be replaced')
+    WHERE EXISTS (SELECT 1 FROM cassette_meta WHERE key = NEW.key);
+    SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: only a cassette connection migrates the ledger')
+    WHERE NOT EXISTS (SELECT 1 FROM pragma_function_list WHERE name = 'cassette_chain_hash');
+END;
 
 CREATE TRIGGER cassette_migrations_no_update BEFORE UPDATE ON cassette_migrations
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be updated'); END;
 CREATE TRIGGER cassette_migrations_no_delete BEFORE DELETE ON cassette_migrations
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be deleted'); END;
-CREATE TRIGGER cassette_migrations_no_replace BEFORE INSERT ON cassette_migrations
-WHEN EXISTS (SELECT 1 FROM cassette_migrations WHERE version = NEW.version)
-BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be replaced'); END;
+-- Written only by the package's migration runner: a connection without the
+-- package's functions (a raw shell) cannot add rows here.
+CREATE TRIGGER cassette_migrations_insert_guard BEFORE INSERT ON cassette_migrations
+BEGIN
+    SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be replaced')
+    WHERE EXISTS (SELECT 1 FROM cassette_migrations WHERE version = NEW.version);
+    SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: only a cassette connection migrates the ledger')
+    WHERE NOT EXISTS (SELECT 1 FROM pragma_function_list WHERE name = 'cassette_chain_hash');
+END;
 
 CREATE TRIGGER cassette_messages_no_update BEFORE UPDATE ON cassette_messages
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_messages rows cannot be updated'); END;

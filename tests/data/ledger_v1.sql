@@ -78,7 +78,7 @@ CREATE TABLE cassette_migrations (
     name TEXT NOT NULL,
     sha256 TEXT NOT NULL CHECK (length(sha256) = 64)
 ) STRICT;
-INSERT INTO "cassette_migrations" VALUES(1,'cassette','aeaecd675e0b0244fedcaf63278396988b099cd6436b9ca4920302c4a4602ef7');
+INSERT INTO "cassette_migrations" VALUES(1,'cassette','14c3ab3a38c4d1057b8f93b84f79b9227079c150b96a2e4f4c032e2274812609');
 CREATE TABLE cassette_receipts (
     receipt_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (receipt_id > 0),
     step_id INTEGER NOT NULL UNIQUE,
@@ -144,16 +144,24 @@ CREATE TRIGGER cassette_meta_no_update BEFORE UPDATE ON cassette_meta
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be updated'); END;
 CREATE TRIGGER cassette_meta_no_delete BEFORE DELETE ON cassette_meta
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be deleted'); END;
-CREATE TRIGGER cassette_meta_no_replace BEFORE INSERT ON cassette_meta
-WHEN EXISTS (SELECT 1 FROM cassette_meta WHERE key = NEW.key)
-BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be replaced'); END;
+CREATE TRIGGER cassette_meta_insert_guard BEFORE INSERT ON cassette_meta
+BEGIN
+    SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be replaced')
+    WHERE EXISTS (SELECT 1 FROM cassette_meta WHERE key = NEW.key);
+    SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: only a cassette connection migrates the ledger')
+    WHERE NOT EXISTS (SELECT 1 FROM pragma_function_list WHERE name = 'cassette_chain_hash');
+END;
 CREATE TRIGGER cassette_migrations_no_update BEFORE UPDATE ON cassette_migrations
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be updated'); END;
 CREATE TRIGGER cassette_migrations_no_delete BEFORE DELETE ON cassette_migrations
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be deleted'); END;
-CREATE TRIGGER cassette_migrations_no_replace BEFORE INSERT ON cassette_migrations
-WHEN EXISTS (SELECT 1 FROM cassette_migrations WHERE version = NEW.version)
-BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be replaced'); END;
+CREATE TRIGGER cassette_migrations_insert_guard BEFORE INSERT ON cassette_migrations
+BEGIN
+    SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be replaced')
+    WHERE EXISTS (SELECT 1 FROM cassette_migrations WHERE version = NEW.version);
+    SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: only a cassette connection migrates the ledger')
+    WHERE NOT EXISTS (SELECT 1 FROM pragma_function_list WHERE name = 'cassette_chain_hash');
+END;
 CREATE TRIGGER cassette_messages_no_update BEFORE UPDATE ON cassette_messages
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_messages rows cannot be updated'); END;
 CREATE TRIGGER cassette_messages_no_delete BEFORE DELETE ON cassette_messages
