@@ -56,6 +56,7 @@ class CausalChain:
         artifact_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
+        self._signing_key = _load_signing_key(signing_key)  # before opening: nothing to leak
         self.clock: Clock = clock or SystemClock()
         self.conn: sqlite3.Connection = connect(
             self.db_path, clock=self.clock, durability=durability, busy_timeout_ms=busy_timeout_ms
@@ -64,7 +65,6 @@ class CausalChain:
         root = Path(artifact_dir) if artifact_dir is not None else default_root(self.db_path)
         self.artifacts = ArtifactStore(root.resolve(), db_dir)
         self.artifact_threshold = artifact_threshold
-        self._signing_key = _load_signing_key(signing_key)
         self._sessions: dict[str, SessionWorkingSet] = {}
 
     # ------------------------------------------------------------------ life
@@ -112,8 +112,7 @@ class CausalChain:
                     seq = conn.execute(_INSERT, [row[c] for c in COLUMNS[1:]]).fetchone()[0]
                 except sqlite3.Error as exc:
                     error = translate(exc)
-                    if len(items) > 1:
-                        error.detail["index"] = index
+                    error.detail["index"] = index
                     raise error from exc
                 stored.append(
                     replace(
@@ -180,6 +179,8 @@ class CausalChain:
     ) -> list[Action]:
         sql = f"SELECT {SELECT_COLUMNS} FROM cassette_actions WHERE {where} ORDER BY action_seq"
         if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise CassetteError(ErrorCode.INVALID_ARGUMENT, "limit must be a positive integer")
             sql += f" LIMIT {int(limit)}"
         return [self._decode(row) for row in self.conn.execute(sql, params)]
 
