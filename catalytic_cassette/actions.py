@@ -24,6 +24,7 @@ ACTION_TYPES = (
     "CapabilityResult",
     "InternalStep",
 )
+CATEGORIES = ("conversation", "decision", "file_edit", "tool_use", "research")
 REASONING_LINKS = (
     "intent_id",
     "constitutional_rule_id",
@@ -51,6 +52,9 @@ COLUMNS = (
     "duration_ms",
     "timestamp",
     "metadata_json",
+    "caused_by",
+    "rationale",
+    "category",
 )
 SELECT_COLUMNS = ", ".join(COLUMNS)
 
@@ -73,6 +77,9 @@ class Action:
     cost: float = 0.0
     duration_ms: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
+    caused_by: str | None = None
+    rationale: str | None = None
+    category: str | None = None
     timestamp: int | None = None
     action_seq: int | None = None
 
@@ -107,7 +114,7 @@ def coerce(value: Action | dict[str, Any]) -> Action:
 
 INT64_MAX = 2**63 - 1
 _REQUIRED_TEXT = ("plan_id", "intent_id", "function_name")
-_OPTIONAL_TEXT = ("parent_action_id", "session_id", "error_message")
+_OPTIONAL_TEXT = ("parent_action_id", "session_id", "error_message", "caused_by", "rationale")
 _TEXT_CODES = {
     "plan_id": ErrorCode.INVALID_PLAN_ID,
     "intent_id": ErrorCode.INVALID_INTENT,
@@ -115,6 +122,8 @@ _TEXT_CODES = {
     "parent_action_id": ErrorCode.REFERENCE_MISSING,
     "session_id": ErrorCode.INVALID_SESSION_ID,
     "error_message": ErrorCode.INVALID_PAYLOAD,
+    "caused_by": ErrorCode.REFERENCE_MISSING,
+    "rationale": ErrorCode.INVALID_PAYLOAD,
 }
 
 
@@ -137,6 +146,10 @@ def _validate(action: Action) -> None:
             continue
         if not isinstance(value, str):
             raise CassetteError(_TEXT_CODES[name], f"{name} must be a string")
+    if action.category is not None and action.category not in CATEGORIES:
+        raise CassetteError(
+            ErrorCode.INVALID_CATEGORY, f"category must be one of {', '.join(CATEGORIES)}"
+        )
     if action.arguments is not None and not isinstance(action.arguments, list):
         raise CassetteError(ErrorCode.INVALID_ARGUMENTS, "arguments must be a JSON array")
     if not isinstance(action.metadata, dict):
@@ -199,6 +212,9 @@ def from_row(row: tuple[Any, ...], load_artifact: Any) -> Action:
         duration_ms=values["duration_ms"],
         timestamp=values["timestamp"],
         metadata=payloads.loads(values["metadata_json"]),
+        caused_by=values["caused_by"],
+        rationale=values["rationale"],
+        category=values["category"],
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from . import payloads
+from . import payloads, plans, reasoning
 from .actions import COLUMNS, COST_SCALE, SELECT_COLUMNS, Action, coerce, cost_micros, from_row
 from .artifacts import DEFAULT_THRESHOLD_BYTES, ArtifactStore, default_root
 from .cassette import default_db_path
@@ -149,6 +149,9 @@ class CausalChain:
             "duration_ms": action.duration_ms,
             "timestamp": None,
             "metadata_json": payloads.dumps(action.metadata),
+            "caused_by": action.caused_by,
+            "rationale": action.rationale,
+            "category": action.category,
         }
 
     def _store(self, value: Any, what: str) -> tuple[str | None, str | None]:
@@ -252,6 +255,109 @@ class CausalChain:
         ).fetchone()
         if row is None:
             raise CassetteError(ErrorCode.NOT_FOUND, f"no action {action_id}")
+
+    # ------------------------------------------------------------- reasoning
+
+    def build_causal_chain(self, action_id: str, max_depth: int | None = None) -> dict[str, Any]:
+        """Root cause first, down to the action; each entry has depth, category, summary."""
+        return reasoning.build_causal_chain(self.conn, action_id, max_depth)
+
+    def reconstruct_reasoning(self, action_id: str) -> dict[str, Any]:
+        return reasoning.reconstruct_reasoning(self.conn, action_id)
+
+    def causality_stats(
+        self, plan_id: str | None = None, session_id: str | None = None
+    ) -> dict[str, Any]:
+        return reasoning.causality_stats(self.conn, plan_id, session_id)
+
+    def downstream(self, action_id: str) -> list[Action]:
+        """Every action caused, directly or transitively, by this one."""
+        found = reasoning.downstream(self.conn, action_id)
+        return [self.get_action(a) for a in found]
+
+    # ---------------------------------------------------------- plan lifecycle
+
+    def plan_status(self, plan_id: str) -> dict[str, Any]:
+        return plans.plan_status(self.conn, plan_id)
+
+    def save_checkpoint(self, plan_id: str, context: Any) -> str:
+        """Store the context immutably; the id is cp- + SHA-256 of the stored bytes.
+
+        Saving the same context of the same plan again returns the same id.
+        """
+        if not isinstance(plan_id, str) or not 1 <= len(plan_id) <= 200:
+            raise CassetteError(ErrorCode.INVALID_PLAN_ID, "plan_id must be 1-200 characters")
+        text = plans.checkpoint_text(plan_id, context)
+        if len(text.encode("utf-8")) > payloads.MAX_PAYLOAD_BYTES:
+            raise CassetteError(ErrorCode.PAYLOAD_TOO_LARGE, "the context is over 16 MiB")
+        checkpoint_id = plans.checkpoint_id_for(text)
+        with write_transaction(self.conn) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM cassette_checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
+            ).fetchone()
+            if exists is None:
+                conn.execute(
+                    "INSERT INTO cassette_checkpoints (checkpoint_id, plan_id, context_json,"
+                    " created_at) VALUES (?, ?, ?, ?)",
+                    (checkpoint_id, plan_id, text, self.clock.now_ms()),
+                )
+        return checkpoint_id
+
+    def load_checkpoint(self, checkpoint_id: str) -> dict[str, Any]:
+        return plans.load_checkpoint(self.conn, checkpoint_id)
+
+    def latest_checkpoint(self, plan_id: str) -> dict[str, Any] | None:
+        found = plans.latest_checkpoint_id(self.conn, plan_id)
+        return None if found is None else plans.load_checkpoint(self.conn, found)
+
+    def pause(self, plan_id: str, context: Any, **fields: Any) -> Action:
+        """Save the context as a checkpoint and record PlanPaused referring to it."""
+        checkpoint_id = self.save_checkpoint(plan_id, context)
+        started = plans.plan_started_id(self.conn, plan_id)
+        metadata = {**fields.pop("metadata", {}), "checkpoint_id": checkpoint_id}
+        return self.append_action(
+            {
+                "plan_id": plan_id,
+                "intent_id": fields.pop("intent_id", self._intent_of(plan_id)),
+                "action_type": "PlanPaused",
+                "function_name": fields.pop("function_name", "pause"),
+                "parent_action_id": started,
+                "metadata": metadata,
+                **fields,
+            }
+        )
+
+    def resume(self, plan_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+        """Record PlanResumed (parent: PlanStarted; metadata: the checkpoint) and return
+        the stored context. Refused with PLAN_NOT_PAUSED unless the plan is paused."""
+        if plans.plan_state(self.conn, plan_id) != "paused":
+            raise CassetteError(ErrorCode.PLAN_NOT_PAUSED, f"plan {plan_id} is not paused")
+        chosen = checkpoint_id or plans.latest_checkpoint_id(self.conn, plan_id)
+        if chosen is None:
+            raise CassetteError(ErrorCode.NOT_FOUND, f"plan {plan_id} has no checkpoint")
+        checkpoint = plans.load_checkpoint(self.conn, chosen)
+        if checkpoint["plan_id"] != plan_id:
+            raise CassetteError(ErrorCode.NOT_FOUND, f"{chosen} is not a checkpoint of {plan_id}")
+        resumed = self.append_action(
+            {
+                "plan_id": plan_id,
+                "intent_id": self._intent_of(plan_id),
+                "action_type": "PlanResumed",
+                "function_name": "resume",
+                "parent_action_id": plans.plan_started_id(self.conn, plan_id),
+                "metadata": {"checkpoint_id": chosen},
+            }
+        )
+        return {"action": resumed, "checkpoint_id": chosen, "context": checkpoint["context"]}
+
+    def _intent_of(self, plan_id: str) -> str:
+        row = self.conn.execute(
+            "SELECT intent_id FROM cassette_actions WHERE plan_id = ? ORDER BY action_seq LIMIT 1",
+            (plan_id,),
+        ).fetchone()
+        if row is None:
+            raise CassetteError(ErrorCode.PLAN_NOT_STARTED, f"plan {plan_id} has no actions")
+        return str(row[0])
 
     # -------------------------------------------------------------- sessions
 

@@ -46,3 +46,10 @@ def sql_chain_hash(seq: int | None, prev: bytes | None, leaf: bytes | None) -> b
     if seq is None or prev is None or leaf is None or seq < 0:
         return None
     return chain_hash(seq, bytes(prev), bytes(leaf))
+
+
+def sha256_hex(text: str | None) -> str | None:
+    """Lowercase hex SHA-256 of text's UTF-8 bytes (``cassette_sha256_hex`` in SQL)."""
+    if text is None:
+        return None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

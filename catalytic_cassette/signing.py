@@ -82,9 +82,13 @@ def load_public(path: str | os.PathLike[str]) -> Ed25519PublicKey:
 
 
 def canonical_bytes(row: dict[str, Any]) -> bytes:
-    """The signed bytes: the stored row's columns (minus action_seq), with the metadata
-    JSON parsed and its signature fields removed, as sorted-key compact JSON."""
-    body = {k: v for k, v in row.items() if k != "action_seq"}
+    """The signed bytes: the stored row's non-NULL columns (minus action_seq), with the
+    metadata JSON parsed and its signature fields removed, as sorted-key compact JSON.
+
+    NULL columns are left out, so a column added by a later migration (NULL in older
+    rows) does not change what an older signature covered.
+    """
+    body = {k: v for k, v in row.items() if k != "action_seq" and v is not None}
     metadata = orjson.loads(body.pop("metadata_json"))
     for name in SIGNATURE_FIELDS:
         metadata.pop(name, None)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import sqlfiles
+from .actions import COLUMNS as ACTION_COLUMNS
 from .clock import SystemClock
 from .connection import connect_readonly
 from .errors import CassetteError, ErrorCode
@@ -71,28 +72,10 @@ LEDGER_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("release_id", "step_id", "run_id", "worker_id", "fencing_token", "created_at"),
     ),
 }
-LEDGER_TABLES["cassette_actions"] = (
-    "action_id",
-    (
-        "action_seq",
-        "action_id",
-        "parent_action_id",
-        "plan_id",
-        "intent_id",
-        "session_id",
-        "action_type",
-        "function_name",
-        "arguments_json",
-        "arguments_artifact",
-        "result_json",
-        "result_artifact",
-        "success",
-        "error_message",
-        "cost_micros",
-        "duration_ms",
-        "timestamp",
-        "metadata_json",
-    ),
+LEDGER_TABLES["cassette_actions"] = ("action_id", ACTION_COLUMNS)
+LEDGER_TABLES["cassette_checkpoints"] = (
+    "checkpoint_id",
+    ("checkpoint_seq", "checkpoint_id", "plan_id", "context_json", "created_at"),
 )
 MUTABLE_TABLES = frozenset({"cassette_steps"})
 

@@ -3,6 +3,7 @@
 --   cassette_now_ms()                 the ledger clock (integer UTC epoch ms)
 --   cassette_leaf_hash(body)          SHA-256(0x00 || body)
 --   cassette_chain_hash(seq, prev, leaf)
+--   cassette_sha256_hex(text)         lowercase hex SHA-256 of the UTF-8 bytes
 --
 -- Why TEMP and not in the file: SQLite resolves every function of every trigger
 -- of a table when a statement on that table is prepared. A persistent trigger
@@ -170,7 +171,33 @@ BEGIN
                                'result_json', NEW.result_json, 'result_artifact', NEW.result_artifact,
                                'success', NEW.success, 'error_message', NEW.error_message,
                                'cost_micros', NEW.cost_micros, 'duration_ms', NEW.duration_ms,
-                               'timestamp', NEW.timestamp, 'metadata_json', NEW.metadata_json)) AS body
+                               'timestamp', NEW.timestamp, 'metadata_json', NEW.metadata_json,
+                               'caused_by', NEW.caused_by, 'rationale', NEW.rationale,
+                               'category', NEW.category)) AS body
+                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
+                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+          LIMIT -1 OFFSET 0) e;
+END;
+
+CREATE TEMP TRIGGER cassette_checkpoints_hash_guard BEFORE INSERT ON main.cassette_checkpoints
+WHEN NEW.checkpoint_id IS NOT 'cp-' || cassette_sha256_hex(NEW.context_json)
+BEGIN
+    SELECT RAISE(ABORT, 'CHECKPOINT_MISMATCH: checkpoint_id must be cp- and the SHA-256 of context_json');
+END;
+
+CREATE TEMP TRIGGER cassette_checkpoints_journal AFTER INSERT ON main.cassette_checkpoints
+BEGIN
+    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)
+    SELECT e.seq, e.body, e.leaf, cassette_chain_hash(e.seq, e.prev, e.leaf)
+    FROM (SELECT n.seq, n.prev, n.body, cassette_leaf_hash(n.body) AS leaf
+          FROM (SELECT coalesce(h.seq + 1, 0) AS seq, coalesce(h.chain_hash, zeroblob(32)) AS prev,
+                       json_object('table', 'cassette_checkpoints', 'op', 'INSERT',
+                           'key', NEW.checkpoint_id,
+                           'row', json_object(
+                               'checkpoint_seq', NEW.checkpoint_seq,
+                               'checkpoint_id', NEW.checkpoint_id, 'plan_id', NEW.plan_id,
+                               'context_json', NEW.context_json,
+                               'created_at', NEW.created_at)) AS body
                 FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
                                            ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;

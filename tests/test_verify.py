@@ -56,6 +56,8 @@ def _build(path: Path) -> None:
                     "arguments": [n],
                 }
             )
+        chain.save_checkpoint("p", {"cursor": 1})
+        chain.save_checkpoint("p", {"cursor": 2})
 
 
 @pytest.fixture(scope="module")
@@ -144,14 +146,19 @@ _FORGERIES = {
     "cassette_receipts": "step_id = step_id + 1000",
     "cassette_releases": "fencing_token = fencing_token + 100",
     "cassette_actions": "action_seq = action_seq + 1000",
+    "cassette_checkpoints": "checkpoint_seq = checkpoint_seq + 1000",
+}
+_FORGED_TEXT_KEYS = {
+    "cassette_actions": "00000000-0000-4000-8000-000000000000",
+    "cassette_checkpoints": "cp-" + "0" * 64,
 }
 
 
 def _insert_forged(conn: sqlite3.Connection, table: str) -> object:
     key_col = LEDGER_TABLES[table][0]
     key = _some_key(conn, table)
-    if table == "cassette_actions":
-        new_key: object = "00000000-0000-4000-8000-000000000000"
+    if table in _FORGED_TEXT_KEYS:
+        new_key: object = _FORGED_TEXT_KEYS[table]
     else:
         new_key = conn.execute(f"SELECT max({key_col}) + 100 FROM {table}").fetchone()[0]
     conn.execute(
@@ -165,7 +172,9 @@ def _insert_forged(conn: sqlite3.Connection, table: str) -> object:
 
 def _swap_rows(conn: sqlite3.Connection, table: str) -> object:
     """Exchange the positions (integer primary keys) of two rows."""
-    position = "action_seq" if table == "cassette_actions" else LEDGER_TABLES[table][0]
+    position = {"cassette_actions": "action_seq", "cassette_checkpoints": "checkpoint_seq"}.get(
+        table, LEDGER_TABLES[table][0]
+    )
     key_col = LEDGER_TABLES[table][0]
     first, second = (
         row[0]

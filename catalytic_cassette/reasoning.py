@@ -1,0 +1,196 @@
+"""Why it happened: cause chains, reasoning, statistics. Each is one SQL query."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from .actions import CATEGORIES
+from .errors import CassetteError, ErrorCode
+
+SUMMARY_WIDTH = 100
+_HAS_CAUSALITY = "(caused_by IS NOT NULL OR rationale IS NOT NULL OR category IS NOT NULL)"
+
+# From the action up its caused_by links; hops counts from the action (0) upwards.
+_UP = """
+WITH RECURSIVE up(action_id, caused_by, hops) AS (
+    SELECT action_id, caused_by, 0 FROM cassette_actions WHERE action_id = :id
+    UNION ALL
+    SELECT a.action_id, a.caused_by, up.hops + 1
+      FROM up JOIN cassette_actions a ON a.action_id = up.caused_by
+     WHERE :limit < 0 OR up.hops < :limit
+)
+SELECT up.hops, a.action_id, a.caused_by, a.category, a.timestamp, a.function_name,
+       a.action_type, a.rationale, a.success
+  FROM up JOIN cassette_actions a ON a.action_id = up.action_id
+ ORDER BY up.hops DESC
+"""
+
+_DOWN = """
+WITH RECURSIVE down(action_id) AS (
+    SELECT action_id FROM cassette_actions WHERE caused_by = :id
+    UNION
+    SELECT a.action_id FROM down JOIN cassette_actions a ON a.caused_by = down.action_id
+)
+SELECT a.action_id FROM cassette_actions a
+ WHERE a.action_id IN (SELECT action_id FROM down) ORDER BY a.action_seq
+"""
+
+
+def summary(action_type: str, function_name: str, rationale: str | None, success: Any) -> str:
+    """One line for people: type, function, outcome and the start of the rationale."""
+    line = f"{action_type} {function_name}" + ("" if success in (1, True) else " (failed)")
+    if rationale:
+        line += f": {' '.join(str(rationale).split())}"
+    return line if len(line) <= SUMMARY_WIDTH else line[: SUMMARY_WIDTH - 3] + "..."
+
+
+def _require(conn: sqlite3.Connection, action_id: str) -> tuple[Any, ...]:
+    row = conn.execute(
+        "SELECT action_id, caused_by, category, rationale, action_type, function_name, success,"
+        " parent_action_id, timestamp FROM cassette_actions WHERE action_id = ?",
+        (action_id,),
+    ).fetchone()
+    if row is None:
+        raise CassetteError(ErrorCode.NOT_FOUND, f"no action {action_id}")
+    return tuple(row)
+
+
+def build_causal_chain(
+    conn: sqlite3.Connection, action_id: str, max_depth: int | None = None
+) -> dict[str, Any]:
+    """The cause chain from its root down to the action, in one recursive query.
+
+    ``max_depth`` limits how many causes above the action are walked; ``truncated``
+    says whether the walk was cut before reaching the root.
+    """
+    if max_depth is not None and (
+        isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0
+    ):
+        raise CassetteError(ErrorCode.INVALID_ARGUMENT, "max_depth must be a non-negative integer")
+    _require(conn, action_id)
+    rows = conn.execute(_UP, {"id": action_id, "limit": -1 if max_depth is None else max_depth})
+    entries = []
+    truncated = False
+    for depth, row in enumerate(rows):
+        _hops, aid, caused_by, category, timestamp, function_name, action_type, rationale, ok = row
+        if depth == 0 and caused_by is not None:
+            truncated = True
+        entries.append(
+            {
+                "depth": depth,
+                "action_id": aid,
+                "caused_by": caused_by,
+                "category": category,
+                "timestamp": timestamp,
+                "function_name": function_name,
+                "action_type": action_type,
+                "summary": summary(action_type, function_name, rationale, ok),
+            }
+        )
+    return {
+        "action_id": action_id,
+        "truncated": truncated,
+        "length": len(entries),
+        "chain": entries,
+    }
+
+
+def reconstruct_reasoning(conn: sqlite3.Connection, action_id: str) -> dict[str, Any]:
+    """The action's category, rationale and summary, its direct cause and its parent."""
+    aid, caused_by, category, rationale, action_type, function_name, ok, parent, _ = _require(
+        conn, action_id
+    )
+    result: dict[str, Any] = {
+        "action_id": aid,
+        "category": category,
+        "rationale": rationale,
+        "summary": summary(action_type, function_name, rationale, ok),
+        "cause": _brief(conn, caused_by),
+        "parent": _brief(conn, parent),
+        "has_causality": caused_by is not None or rationale is not None or category is not None,
+    }
+    if not result["has_causality"]:
+        result["message"] = "no causality data: this action names no cause, rationale or category"
+    return result
+
+
+def _brief(conn: sqlite3.Connection, action_id: str | None) -> dict[str, Any] | None:
+    if action_id is None:
+        return None
+    row = conn.execute(
+        "SELECT action_type, function_name, rationale, success FROM cassette_actions"
+        " WHERE action_id = ?",
+        (action_id,),
+    ).fetchone()
+    return {"action_id": action_id, "summary": summary(*row)} if row else None
+
+
+def downstream(conn: sqlite3.Connection, action_id: str) -> list[str]:
+    """Every action caused, directly or transitively, by this one (insertion order)."""
+    _require(conn, action_id)
+    return [row[0] for row in conn.execute(_DOWN, {"id": action_id})]
+
+
+def causality_stats(
+    conn: sqlite3.Connection, plan_id: str | None = None, session_id: str | None = None
+) -> dict[str, Any]:
+    """Aggregates over every matching action (SQL, never a sample).
+
+    The chain length of an action with a cause is the number of caused_by links from it
+    up to its root cause, followed across the whole ledger (a cause may lie outside the
+    filter); average and maximum are over the matching actions that have a cause.
+    """
+    where = ["1"]
+    params: dict[str, Any] = {}
+    if plan_id is not None:
+        where.append("a.plan_id = :plan")
+        params["plan"] = plan_id
+    if session_id is not None:
+        where.append("a.session_id = :session")
+        params["session"] = session_id
+    scope = " AND ".join(where)
+    totals = conn.execute(
+        f"SELECT count(*), sum({_HAS_CAUSALITY}), sum(caused_by IS NOT NULL),"
+        " sum(caused_by IS NOT NULL AND rationale IS NULL),"
+        " sum(caused_by IS NULL AND EXISTS (SELECT 1 FROM cassette_actions e"
+        "     WHERE e.caused_by = a.action_id))"
+        f" FROM cassette_actions a WHERE {scope}",
+        params,
+    ).fetchone()
+    categories = dict.fromkeys(CATEGORIES, 0)
+    for category, count in conn.execute(
+        f"SELECT category, count(*) FROM cassette_actions a WHERE {scope}"
+        " AND category IS NOT NULL GROUP BY category",
+        params,
+    ):
+        categories[category] = count
+    # Top-down from every root cause: each action is reached once, so this is linear.
+    lengths = conn.execute(
+        f"""
+        WITH RECURSIVE depth(action_id, length) AS (
+            SELECT r.action_id, 0 FROM cassette_actions r
+             WHERE r.caused_by IS NULL
+               AND EXISTS (SELECT 1 FROM cassette_actions e WHERE e.caused_by = r.action_id)
+            UNION ALL
+            SELECT c.action_id, depth.length + 1
+              FROM depth JOIN cassette_actions c ON c.caused_by = depth.action_id
+        )
+        SELECT avg(depth.length), max(depth.length)
+          FROM depth JOIN cassette_actions a ON a.action_id = depth.action_id
+         WHERE depth.length > 0 AND {scope}
+        """,
+        params,
+    ).fetchone()
+    return {
+        "plan_id": plan_id,
+        "session_id": session_id,
+        "actions": totals[0],
+        "with_causality": totals[1] or 0,
+        "with_cause": totals[2] or 0,
+        "cause_without_rationale": totals[3] or 0,
+        "root_causes": totals[4] or 0,
+        "categories": categories,
+        "average_chain_length": round(lengths[0], 3) if lengths[0] is not None else 0.0,
+        "max_chain_length": lengths[1] or 0,
+    }
