@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalytic_cassette import CassetteError, ErrorCode, ManualClock, payloads, signing
-from catalytic_cassette.actions import ACTION_TYPES, COLUMNS, REASONING_LINKS, Action
+from catalytic_cassette.actions import COLUMNS, REASONING_LINKS, Action
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.cli import cli
 from catalytic_cassette.migrate import current_version
