@@ -327,7 +327,9 @@ class CausalChain:
             }
         )
 
-    def resume(self, plan_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    def resume(
+        self, plan_id: str, checkpoint_id: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
         """Record PlanResumed (parent: PlanStarted; metadata: the checkpoint) and return
         the stored context. Refused with PLAN_NOT_PAUSED unless the plan is paused."""
         if plans.plan_state(self.conn, plan_id) != "paused":
@@ -345,7 +347,8 @@ class CausalChain:
                 "action_type": "PlanResumed",
                 "function_name": "resume",
                 "parent_action_id": plans.plan_started_id(self.conn, plan_id),
-                "metadata": {"checkpoint_id": chosen},
+                **fields,
+                "metadata": {**fields.get("metadata", {}), "checkpoint_id": chosen},
             }
         )
         return {"action": resumed, "checkpoint_id": chosen, "context": checkpoint["context"]}

@@ -30,3 +30,31 @@ def test_bench_chain_quick_run_reports_every_workload() -> None:
         "durability full",
     ):
         assert expected in out, out
+
+
+def test_example_orchestrator_writes_a_ledger_the_readme_can_quote(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from catalytic_cassette.cli import cli
+    from catalytic_cassette.verify import verify_path
+
+    db = tmp_path / "example.db"
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "example_orchestrator.py"), str(db)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    assert verify_path(str(db)).ok
+    readme = (ROOT / "README.md").read_text()
+    runner = CliRunner()
+    for command in (
+        ["chain", "1d6d0ded-fcfc-52dd-ba49-269f6a6e42f9"],
+        ["why", "08da1132-34e9-5f21-bea6-4fa38cdb56b7"],
+        ["stats", "--plan", "incident-42"],
+        ["tree", "--plan", "incident-42"],
+        ["tree", "--plan", "incident-42", "--format", "mermaid"],
+    ):
+        result = runner.invoke(cli, ["--db", str(db), *command])
+        assert result.exit_code == 0, result.output
+        assert result.output.strip() in readme, command  # the README shows this very output

@@ -1,0 +1,143 @@
+"""Commands that explain why: cause chains, reasoning, statistics, trees, plans, checkpoints."""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+import click
+
+from .boundary import emit
+from .chain_commands import open_chain
+from .commands import cli
+
+json_flag = click.option("--json", "as_json", is_flag=True, help="JSON instead of text.")
+
+
+@cli.command()
+@click.argument("action_id")
+@click.option("--max-depth", type=click.IntRange(min=0), default=None, help="Causes to walk up.")
+@json_flag
+@click.pass_context
+def chain(ctx: click.Context, action_id: str, max_depth: int | None, as_json: bool) -> None:
+    """The cause chain from the root cause down to ACTION_ID, as a numbered list."""
+    from ..render import chain_text
+
+    result = open_chain(ctx).build_causal_chain(action_id, max_depth)
+    emit(result) if as_json else click.echo(chain_text(result))
+
+
+@cli.command()
+@click.argument("action_id")
+@json_flag
+@click.pass_context
+def why(ctx: click.Context, action_id: str, as_json: bool) -> None:
+    """Why ACTION_ID happened: its category, rationale, direct cause and parent."""
+    from ..render import reasoning_text
+
+    result = open_chain(ctx).reconstruct_reasoning(action_id)
+    emit(result) if as_json else click.echo(reasoning_text(result))
+
+
+@cli.command()
+@click.option("--plan", default=None, help="Only this plan_id.")
+@click.option("--session", default=None, help="Only this session_id.")
+@json_flag
+@click.pass_context
+def stats(ctx: click.Context, plan: str | None, session: str | None, as_json: bool) -> None:
+    """Causality statistics over every matching action."""
+    from ..render import stats_text
+
+    result = open_chain(ctx).causality_stats(plan, session)
+    emit(result) if as_json else click.echo(stats_text(result))
+
+
+@cli.command()
+@click.argument("action_id", required=False)
+@click.option("--plan", default=None, help="Draw every action of this plan.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "mermaid", "dot"]),
+    default="text",
+    show_default=True,
+)
+@json_flag
+@click.pass_context
+def tree(
+    ctx: click.Context, action_id: str | None, plan: str | None, fmt: str, as_json: bool
+) -> None:
+    """The execution tree (parent edges) with cause edges, of a plan or below ACTION_ID."""
+    from ..render import tree_dot, tree_mermaid, tree_text
+
+    if (action_id is None) == (plan is None):
+        raise click.UsageError("give either ACTION_ID or --plan")
+    chain_ = open_chain(ctx)
+    actions = chain_.actions_for_plan(plan) if plan is not None else chain_.subtree(str(action_id))
+    if as_json:
+        emit([a.to_dict() for a in actions])
+        return
+    render = {"text": tree_text, "mermaid": tree_mermaid, "dot": tree_dot}[fmt]
+    click.echo(render(actions))
+
+
+@cli.group()
+def plan() -> None:
+    """Plan lifecycle."""
+
+
+@plan.command("status")
+@click.argument("plan_id")
+@click.pass_context
+def plan_status(ctx: click.Context, plan_id: str) -> None:
+    """State, steps with their states and retry counts, total cost and duration."""
+    emit(open_chain(ctx).plan_status(plan_id))
+
+
+@cli.group()
+def checkpoint() -> None:
+    """Content-addressed checkpoints of plan execution contexts."""
+
+
+@checkpoint.command("save")
+@click.option("--plan", "plan_id", required=True)
+@click.option("--json", "source", type=click.File("rb"), required=True, help="Context JSON, or -.")
+@click.pass_context
+def checkpoint_save(ctx: click.Context, plan_id: str, source: IO[bytes]) -> None:
+    """Store a context; print its id (the same context gives the same id)."""
+    from ..errors import CassetteError, ErrorCode
+    from ..payloads import MAX_PAYLOAD_BYTES, loads
+
+    data = source.read(MAX_PAYLOAD_BYTES + 1)
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise CassetteError(ErrorCode.PAYLOAD_TOO_LARGE, "the context is over 16 MiB")
+    try:
+        context: Any = loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"not JSON: {exc}") from exc
+    emit({"checkpoint_id": open_chain(ctx).save_checkpoint(plan_id, context)})
+
+
+@checkpoint.command("latest")
+@click.option("--plan", "plan_id", required=True)
+@click.pass_context
+def checkpoint_latest(ctx: click.Context, plan_id: str) -> None:
+    """The checkpoint of the plan's last pause (null when there is none)."""
+    emit(open_chain(ctx).latest_checkpoint(plan_id))
+
+
+@checkpoint.command("show")
+@click.argument("checkpoint_id")
+@click.pass_context
+def checkpoint_show(ctx: click.Context, checkpoint_id: str) -> None:
+    """A stored checkpoint, its hash checked on read."""
+    emit(open_chain(ctx).load_checkpoint(checkpoint_id))
+
+
+@cli.command()
+@click.option("--plan", "plan_id", required=True)
+@click.option("--checkpoint", "checkpoint_id", default=None, help="Default: the latest.")
+@click.pass_context
+def resume(ctx: click.Context, plan_id: str, checkpoint_id: str | None) -> None:
+    """Record PlanResumed for a paused plan and print the stored context."""
+    result = open_chain(ctx).resume(plan_id, checkpoint_id)
+    emit({**result, "action": result["action"].to_dict()})
