@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from catalytic_cassette import ManualClock  # noqa: E402
-from catalytic_cassette.actions import Action  # noqa: E402
-from catalytic_cassette.chain import CausalChain  # noqa: E402
+from catalytic_cassette import ManualClock
+from catalytic_cassette.actions import Action
+from catalytic_cassette.chain import CausalChain
 
 PLAN, INTENT, SESSION = "incident-42", "restore-disk-space", "oncall-2026-11-22"
 IDS = uuid.UUID("6a1d7f0e-4c55-4a8e-9b57-0c2f3f0f4242")  # fixed ids: the README quotes them
