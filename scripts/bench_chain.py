@@ -167,16 +167,52 @@ class Batched:
         return count / (time.perf_counter() - start)
 
 
+CATEGORIES = ("conversation", "decision", "file_edit", "tool_use", "research")
+
+
 def build_ledger(path: Path, total: int, session_size: int, durability: str) -> float:
-    """A ledger of `total` actions in sessions of `session_size`; returns actions/second."""
+    """A ledger of `total` actions in sessions of `session_size`, each action caused by the
+    one before it in its batch (cause chains of up to 1,000); returns actions/second."""
     start = time.perf_counter()
     with CausalChain(path, durability=durability) as chain:
         batch = 1000
         for first in range(0, total, batch):
-            chain.append_actions(
-                [action(f"session-{(first + i) // session_size}") for i in range(batch)]
-            )
+            items = []
+            previous = None
+            for i in range(batch):
+                item = action(f"session-{(first + i) // session_size}")
+                item["action_id"] = str(uuid.uuid4())
+                item["caused_by"] = previous
+                item["category"] = CATEGORIES[i % len(CATEGORIES)]
+                if i % 3:
+                    item["rationale"] = "because the previous step said so"
+                previous = item["action_id"]
+                items.append(item)
+            chain.append_actions(items)
     return total / (time.perf_counter() - start)
+
+
+def deep_chain(path: Path, depth: int) -> list[tuple[int, float]]:
+    """build_causal_chain at several depths of one cause chain: (depth, seconds)."""
+    with CausalChain(path, durability="normal") as chain:
+        ids: list[str] = []
+        for first in range(0, depth, 1000):
+            items = []
+            for _ in range(min(1000, depth - first)):
+                item = action("deep")
+                item["action_id"] = str(uuid.uuid4())
+                item["caused_by"] = ids[-1] if ids else None
+                ids.append(str(item["action_id"]))
+                items.append(item)
+            chain.append_actions(items)
+        timings = []
+        for at in sorted({max(1, depth // 10), depth // 2, depth}):
+            start = time.perf_counter()
+            result = chain.build_causal_chain(ids[at - 1])
+            elapsed = time.perf_counter() - start
+            assert result["length"] == at, (result["length"], at)
+            timings.append((at, elapsed))
+        return timings
 
 
 def measure_in_child(code: str) -> dict[str, float]:
@@ -234,11 +270,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--ledger-sizes", default="100000,1000000", help="actions, for verify")
     parser.add_argument("--session-size", type=int, default=1000)
+    parser.add_argument("--chain-depth", type=int, default=10000, help="deepest cause chain")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the script")
     args = parser.parse_args()
     if args.quick:
         args.reps, args.single, args.batched, args.batch = 1, 50, 200, 100
-        args.ledger_sizes, args.session_size = "2000", 100
+        args.ledger_sizes, args.session_size, args.chain_depth = "2000", 100, 300
     durabilities = ["normal", "full"] if args.durability == "both" else [args.durability]
     root = str(Path(__file__).resolve().parents[1])
 
@@ -281,7 +318,14 @@ def main() -> None:
                 f"{statistics.median(results['ours']) / statistics.median(results['raw']):.2f}"
             )
 
-        print("\n== verify and sessions (durability normal for the build)")
+        print("\n== cause chains (durability normal)")
+        for depth, seconds in deep_chain(scratch / "deep.db", args.chain_depth):
+            print(
+                f"build_causal_chain depth {depth:,}: {seconds * 1000:.1f} ms "
+                f"({seconds / depth * 1e6:.1f} us per link)"
+            )
+
+        print("\n== verify, sessions and statistics (durability normal for the build)")
         for size in (int(s) for s in args.ledger_sizes.split(",")):
             path = scratch / f"ledger-{size}.db"
             rate = build_ledger(path, size, args.session_size, "normal")
@@ -294,6 +338,15 @@ def main() -> None:
                 f"verify {v['rows']:,.0f} journal rows: {v['seconds']:.2f} s = "
                 f"{v['rows_per_s']:,.0f} rows/s; peak RSS {v['rss_peak_kib'] / 1024:.1f} MiB "
                 f"(interpreter and imports {v['rss_before_kib'] / 1024:.1f} MiB)"
+            )
+            with CausalChain(path) as chain:
+                start = time.perf_counter()
+                stats = chain.causality_stats()
+                elapsed = time.perf_counter() - start
+            print(
+                f"causality_stats over {stats['actions']:,} actions: {elapsed:.2f} s "
+                f"(max chain {stats['max_chain_length']}, "
+                f"average {stats['average_chain_length']})"
             )
             s = measure_in_child(CHILD_SESSION.format(root=root, path=str(path)))
             print(

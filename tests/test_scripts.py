@@ -28,6 +28,8 @@ def test_bench_chain_quick_run_reports_every_workload() -> None:
         "rows/s; peak RSS",
         "load_session of 100 actions",
         "durability full",
+        "build_causal_chain depth 300",
+        "causality_stats over 2,000 actions",
     ):
         assert expected in out, out
 
