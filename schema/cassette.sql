@@ -544,18 +544,27 @@ END;
 
 -- The plan lifecycle (LAW.md, "Plan lifecycle"). The state of a plan is the type of
 -- its last plan-level lifecycle action: none, PlanStarted or PlanResumed (running),
--- PlanPaused (paused), PlanCompleted or PlanAborted (finished).
-CREATE TRIGGER cassette_actions_lifecycle_guard BEFORE INSERT ON cassette_actions
+-- PlanPaused (paused), PlanCompleted or PlanAborted (finished). Every action of a
+-- finished plan is refused; the other rules concern lifecycle actions and checkpoint
+-- references only, so the common actions (capability calls) skip them.
+CREATE TRIGGER cassette_actions_plan_finished BEFORE INSERT ON cassette_actions
 BEGIN
-    SELECT RAISE(ABORT, 'INVALID_METADATA: metadata_json must be a JSON object')
-    WHERE CASE WHEN json_valid(NEW.metadata_json)
-               THEN json_type(NEW.metadata_json) IS NOT 'object' ELSE 1 END;
     SELECT RAISE(ABORT, 'PLAN_FINISHED: the plan has completed or aborted')
     WHERE (SELECT action_type FROM cassette_actions
            WHERE plan_id = NEW.plan_id
              AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted',
                                  'PlanAborted')
            ORDER BY action_seq DESC LIMIT 1) IN ('PlanCompleted', 'PlanAborted');
+END;
+
+CREATE TRIGGER cassette_actions_lifecycle_guard BEFORE INSERT ON cassette_actions
+WHEN NEW.action_type GLOB 'Plan*'
+  OR CASE WHEN json_valid(NEW.metadata_json)
+          THEN json_extract(NEW.metadata_json, '$.checkpoint_id') IS NOT NULL END
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_METADATA: metadata_json must be a JSON object')
+    WHERE CASE WHEN json_valid(NEW.metadata_json)
+               THEN json_type(NEW.metadata_json) IS NOT 'object' ELSE 1 END;
     SELECT RAISE(ABORT, 'PLAN_ALREADY_STARTED: a plan starts once')
     WHERE NEW.action_type = 'PlanStarted'
       AND EXISTS (SELECT 1 FROM cassette_actions
@@ -563,9 +572,7 @@ BEGIN
                     AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed',
                                         'PlanCompleted', 'PlanAborted'));
     SELECT RAISE(ABORT, 'PLAN_NOT_STARTED: the first lifecycle action of a plan is PlanStarted')
-    WHERE NEW.action_type IN ('PlanCompleted', 'PlanAborted', 'PlanPaused', 'PlanResumed',
-                              'PlanStepStarted', 'PlanStepCompleted', 'PlanStepFailed',
-                              'PlanStepRetrying')
+    WHERE NEW.action_type GLOB 'Plan*' AND NEW.action_type IS NOT 'PlanStarted'
       AND NOT EXISTS (SELECT 1 FROM cassette_actions
                       WHERE plan_id = NEW.plan_id
                         AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed',
