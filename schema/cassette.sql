@@ -342,15 +342,14 @@ END;
 -- insert journal rows at all (it fails closed with "no such function").
 CREATE TRIGGER cassette_journal_insert_guard BEFORE INSERT ON cassette_journal
 BEGIN
-    SELECT RAISE(ABORT, 'JOURNAL_BROKEN: seq must continue the journal without a gap')
-    WHERE NEW.seq IS NOT coalesce((SELECT max(seq) FROM cassette_journal) + 1, 0);
-    SELECT RAISE(ABORT, 'JOURNAL_BROKEN: leaf_hash must be SHA-256(0x00 || body)')
-    WHERE NEW.leaf_hash IS NOT cassette_leaf_hash(NEW.body);
-    SELECT RAISE(ABORT, 'JOURNAL_BROKEN: chain_hash must link to the previous entry')
-    WHERE NEW.chain_hash IS NOT cassette_chain_hash(
-        NEW.seq,
-        coalesce((SELECT chain_hash FROM cassette_journal WHERE seq = NEW.seq - 1), zeroblob(32)),
-        NEW.leaf_hash);
+    SELECT RAISE(ABORT, 'JOURNAL_BROKEN: a journal entry continues the sequence and the chain')
+    WHERE NEW.seq IS NOT coalesce((SELECT max(seq) FROM cassette_journal) + 1, 0)
+       OR NEW.leaf_hash IS NOT cassette_leaf_hash(NEW.body)
+       OR NEW.chain_hash IS NOT cassette_chain_hash(
+              NEW.seq,
+              coalesce((SELECT chain_hash FROM cassette_journal WHERE seq = NEW.seq - 1),
+                       zeroblob(32)),
+              NEW.leaf_hash);
 END;
 
 -- ------------------------------------------------------ fail closed: journaled

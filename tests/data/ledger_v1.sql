@@ -78,7 +78,7 @@ CREATE TABLE cassette_migrations (
     name TEXT NOT NULL,
     sha256 TEXT NOT NULL CHECK (length(sha256) = 64)
 ) STRICT;
-INSERT INTO "cassette_migrations" VALUES(1,'cassette','14c3ab3a38c4d1057b8f93b84f79b9227079c150b96a2e4f4c032e2274812609');
+INSERT INTO "cassette_migrations" VALUES(1,'cassette','0c629304ad8ac281fce4966a5aa72e79de483728e18e367a34d1758896c4355d');
 CREATE TABLE cassette_receipts (
     receipt_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (receipt_id > 0),
     step_id INTEGER NOT NULL UNIQUE,
@@ -322,15 +322,14 @@ BEGIN
 END;
 CREATE TRIGGER cassette_journal_insert_guard BEFORE INSERT ON cassette_journal
 BEGIN
-    SELECT RAISE(ABORT, 'JOURNAL_BROKEN: seq must continue the journal without a gap')
-    WHERE NEW.seq IS NOT coalesce((SELECT max(seq) FROM cassette_journal) + 1, 0);
-    SELECT RAISE(ABORT, 'JOURNAL_BROKEN: leaf_hash must be SHA-256(0x00 || body)')
-    WHERE NEW.leaf_hash IS NOT cassette_leaf_hash(NEW.body);
-    SELECT RAISE(ABORT, 'JOURNAL_BROKEN: chain_hash must link to the previous entry')
-    WHERE NEW.chain_hash IS NOT cassette_chain_hash(
-        NEW.seq,
-        coalesce((SELECT chain_hash FROM cassette_journal WHERE seq = NEW.seq - 1), zeroblob(32)),
-        NEW.leaf_hash);
+    SELECT RAISE(ABORT, 'JOURNAL_BROKEN: a journal entry continues the sequence and the chain')
+    WHERE NEW.seq IS NOT coalesce((SELECT max(seq) FROM cassette_journal) + 1, 0)
+       OR NEW.leaf_hash IS NOT cassette_leaf_hash(NEW.body)
+       OR NEW.chain_hash IS NOT cassette_chain_hash(
+              NEW.seq,
+              coalesce((SELECT chain_hash FROM cassette_journal WHERE seq = NEW.seq - 1),
+                       zeroblob(32)),
+              NEW.leaf_hash);
 END;
 CREATE TRIGGER cassette_messages_journaled AFTER INSERT ON cassette_messages
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
