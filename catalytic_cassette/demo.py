@@ -164,7 +164,7 @@ def _story(path: str, workers: int, echo: Echo) -> bool:
         raw.close()
         refused = sum(refusals.values())
         echo(
-            f"7. A raw sqlite3 shell tried 4 edits: {refused} refused by the database "
+            f"7. A raw sqlite3 connection tried 4 edits: {refused} refused by the database "
             f"({', '.join(f'{k} x{v}' for k, v in sorted(refusals.items()))})."
         )
 
