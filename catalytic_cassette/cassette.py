@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import math
-import os
 import sqlite3
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any, TypeVar
 
 from . import payloads
-from .clock import Clock, SystemClock
-from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect, write_transaction
+from .connection import write_transaction
 from .errors import CassetteError, ErrorCode, translate
+from .ledger import LedgerFile
 from .verify import VerifyReport, verify_connection
 
 SOURCES = ("USER", "PLANNER", "SYSTEM", "WORKER")
 OUTCOMES = ("SUCCESS", "FAILURE", "ABORTED")
 STATUSES = ("PENDING", "LEASED", "COMMITTED")
-DB_ENV = "CASSETTE_DB"
-DEFAULT_DB = "cassette.db"
 MAX_TTL_SECONDS = 30 * 24 * 3600
 
 _CLAIM = """
@@ -39,10 +35,6 @@ SELECT step_id, job_id, :run, :worker, :token, :outcome, :receipt, :now
   FROM cassette_steps WHERE step_id = :step
 RETURNING receipt_id
 """
-
-
-def default_db_path() -> str:
-    return os.environ.get(DB_ENV) or DEFAULT_DB
 
 
 def _name(value: Any, code: ErrorCode, what: str) -> str:
@@ -118,46 +110,12 @@ def _prepare_complete(
     }
 
 
-class MessageCassette:
+class MessageCassette(LedgerFile):
     """Messages -> jobs -> steps -> receipts in one SQLite file.
 
     Every method is one ``BEGIN IMMEDIATE`` transaction; the database triggers
     are the authority, Python only checks earlier for a clearer message.
     """
-
-    def __init__(
-        self,
-        db_path: str | os.PathLike[str] | None = None,
-        *,
-        clock: Clock | None = None,
-        durability: str | None = None,
-        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
-    ) -> None:
-        self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
-        self.clock: Clock = clock or SystemClock()
-        self.conn: sqlite3.Connection = connect(
-            self.db_path, clock=self.clock, durability=durability, busy_timeout_ms=busy_timeout_ms
-        )
-
-    # ------------------------------------------------------------------ life
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> MessageCassette:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def now_ms(self) -> int:
-        """The ledger clock: the same object the SQL function cassette_now_ms() reads."""
-        return self.clock.now_ms()
 
     # ----------------------------------------------------------------- posts
 

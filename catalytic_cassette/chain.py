@@ -7,16 +7,15 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import payloads, plans, reasoning
 from .actions import COLUMNS, COST_SCALE, SELECT_COLUMNS, Action, coerce, cost_micros, from_row
 from .artifacts import DEFAULT_THRESHOLD_BYTES, ArtifactStore, default_root
-from .cassette import default_db_path
-from .clock import Clock, SystemClock
-from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect, write_transaction
+from .clock import Clock
+from .connection import DEFAULT_BUSY_TIMEOUT_MS, write_transaction
 from .errors import CassetteError, ErrorCode, translate
+from .ledger import LedgerFile
 from .sessions import SessionWorkingSet
 
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ SELECT {SELECT_COLUMNS} FROM cassette_actions
 """
 
 
-class CausalChain:
+class CausalChain(LedgerFile):
     """Actions linked by execution parent, in the same file and journal as the cassette.
 
     Opening loads nothing into memory; ``load_session`` builds a working set of one
@@ -55,33 +54,15 @@ class CausalChain:
         artifact_threshold: int = DEFAULT_THRESHOLD_BYTES,
         artifact_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
         self._signing_key = _load_signing_key(signing_key)  # before opening: nothing to leak
-        self.clock: Clock = clock or SystemClock()
-        self.conn: sqlite3.Connection = connect(
-            self.db_path, clock=self.clock, durability=durability, busy_timeout_ms=busy_timeout_ms
+        super().__init__(
+            db_path, clock=clock, durability=durability, busy_timeout_ms=busy_timeout_ms
         )
         db_dir = Path(self.db_path).resolve().parent
         root = Path(artifact_dir) if artifact_dir is not None else default_root(self.db_path)
         self.artifacts = ArtifactStore(root.resolve(), db_dir)
         self.artifact_threshold = artifact_threshold
         self._sessions: dict[str, SessionWorkingSet] = {}
-
-    # ------------------------------------------------------------------ life
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> CausalChain:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # --------------------------------------------------------------- appends
 

@@ -26,8 +26,8 @@ def loads(text: str) -> Any:
     return orjson.loads(text)
 
 
-def parse_object(data: bytes | str, what: str = "payload") -> dict[str, Any]:
-    """Parse JSON text that must be one object; refuse anything else with INVALID_PAYLOAD."""
+def parse_json(data: bytes | str, what: str = "payload") -> Any:
+    """Parse one JSON document of at most 16 MiB of valid UTF-8; else a coded refusal."""
     if isinstance(data, str):
         try:
             data = data.encode("utf-8")
@@ -43,10 +43,14 @@ def parse_object(data: bytes | str, what: str = "payload") -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"{what} is not valid UTF-8") from exc
     try:
-        value = orjson.loads(data)
+        return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"{what} is not JSON: {exc}") from exc
-    return require_object(value, what)
+
+
+def parse_object(data: bytes | str, what: str = "payload") -> dict[str, Any]:
+    """Parse JSON text that must be one object; refuse anything else with INVALID_PAYLOAD."""
+    return require_object(parse_json(data, what), what)
 
 
 def require_object(value: Any, what: str = "payload") -> dict[str, Any]:

@@ -48,16 +48,9 @@ def action() -> None:
 @click.pass_context
 def action_append(ctx: click.Context, source: IO[bytes], signing_key: str | None) -> list[Action]:
     """Append actions; print them as stored (with action_seq and timestamp)."""
-    from ..errors import CassetteError, ErrorCode
-    from ..payloads import MAX_PAYLOAD_BYTES, loads
+    from ..payloads import MAX_PAYLOAD_BYTES, parse_json
 
-    data = source.read(MAX_PAYLOAD_BYTES + 1)
-    if len(data) > MAX_PAYLOAD_BYTES:
-        raise CassetteError(ErrorCode.PAYLOAD_TOO_LARGE, "the actions file is over 16 MiB")
-    try:
-        parsed: Any = loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"not JSON: {exc}") from exc
+    parsed: Any = parse_json(source.read(MAX_PAYLOAD_BYTES + 1), "actions")
     items = parsed if isinstance(parsed, list) else [parsed]
     return open_chain(ctx, signing_key).append_actions(items)
 

@@ -33,9 +33,9 @@ class Settings:
 
 
 def _read_object(stream: IO[bytes], what: str) -> dict[str, Any]:
-    from ..payloads import parse_object
+    from ..payloads import MAX_PAYLOAD_BYTES, parse_object
 
-    return parse_object(stream.read(), what)
+    return parse_object(stream.read(MAX_PAYLOAD_BYTES + 1), what)
 
 
 def _parse_int(value: str | None, code_name: str, what: str) -> int | None:

@@ -104,16 +104,9 @@ def checkpoint() -> None:
 @click.pass_context
 def checkpoint_save(ctx: click.Context, plan_id: str, source: IO[bytes]) -> None:
     """Store a context; print its id (the same context gives the same id)."""
-    from ..errors import CassetteError, ErrorCode
-    from ..payloads import MAX_PAYLOAD_BYTES, loads
+    from ..payloads import MAX_PAYLOAD_BYTES, parse_json
 
-    data = source.read(MAX_PAYLOAD_BYTES + 1)
-    if len(data) > MAX_PAYLOAD_BYTES:
-        raise CassetteError(ErrorCode.PAYLOAD_TOO_LARGE, "the context is over 16 MiB")
-    try:
-        context: Any = loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"not JSON: {exc}") from exc
+    context: Any = parse_json(source.read(MAX_PAYLOAD_BYTES + 1), "context")
     emit({"checkpoint_id": open_chain(ctx).save_checkpoint(plan_id, context)})
 
 

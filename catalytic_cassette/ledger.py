@@ -1,0 +1,55 @@
+"""What every entry point shares: a ledger path, its clock and one open connection."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from types import TracebackType
+from typing import TypeVar
+
+from .clock import Clock, SystemClock
+from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect
+
+L = TypeVar("L", bound="LedgerFile")
+DB_ENV = "CASSETTE_DB"
+DEFAULT_DB = "cassette.db"
+
+
+def default_db_path() -> str:
+    return os.environ.get(DB_ENV) or DEFAULT_DB
+
+
+class LedgerFile:
+    """Opens (creating and migrating if needed) the ledger; a context manager."""
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        clock: Clock | None = None,
+        durability: str | None = None,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> None:
+        self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
+        self.clock: Clock = clock or SystemClock()
+        self.conn: sqlite3.Connection = connect(
+            self.db_path, clock=self.clock, durability=durability, busy_timeout_ms=busy_timeout_ms
+        )
+
+    def now_ms(self) -> int:
+        """The ledger clock: the same object the SQL function cassette_now_ms() reads."""
+        return self.clock.now_ms()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self: L) -> L:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
