@@ -348,7 +348,7 @@ def _check_state(conn: sqlite3.Connection, out: _Collector, run_id: str | None) 
         run_filter = "" if run_id is None else " AND t.run_id = :run"
         latest = (
             "SELECT seq, body FROM cassette_journal j"
-            f" WHERE j.tbl = '{table}' AND j.row_key = t.{key} ORDER BY seq DESC LIMIT 1"
+            f" WHERE j.tbl = '{table}' AND j.row_key = +t.{key} ORDER BY seq DESC LIMIT 1"
         )
         query = (
             f"SELECT t.{key}, (SELECT seq FROM ({latest})),"

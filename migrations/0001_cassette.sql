@@ -355,36 +355,37 @@ END;
 
 -- These run after the TEMP journaling triggers of a package connection (SQLite
 -- runs TEMP triggers first). A connection without them wrote no journal row,
--- so its write is refused here.
+-- so its write is refused here. The unary + drops the column's affinity, which
+-- would otherwise keep SQLite from using the row_key part of the index.
 CREATE TRIGGER cassette_messages_journaled AFTER INSERT ON cassette_messages
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_messages' AND row_key = NEW.message_id)
+                 WHERE tbl = 'cassette_messages' AND row_key = +NEW.message_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 
 CREATE TRIGGER cassette_jobs_journaled AFTER INSERT ON cassette_jobs
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_jobs' AND row_key = NEW.job_id)
+                 WHERE tbl = 'cassette_jobs' AND row_key = +NEW.job_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 
 CREATE TRIGGER cassette_steps_journaled AFTER INSERT ON cassette_steps
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_steps' AND row_key = NEW.step_id)
+                 WHERE tbl = 'cassette_steps' AND row_key = +NEW.step_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 
 CREATE TRIGGER cassette_steps_update_journaled AFTER UPDATE ON cassette_steps
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
                  WHERE seq = (SELECT max(seq) FROM cassette_journal)
-                   AND tbl = 'cassette_steps' AND row_key = NEW.step_id
+                   AND tbl = 'cassette_steps' AND row_key = +NEW.step_id
                    AND json_extract(body, '$.row.status') IS NEW.status
                    AND json_extract(body, '$.row.fencing_token') IS NEW.fencing_token)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 
 CREATE TRIGGER cassette_receipts_journaled AFTER INSERT ON cassette_receipts
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_receipts' AND row_key = NEW.receipt_id)
+                 WHERE tbl = 'cassette_receipts' AND row_key = +NEW.receipt_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 
 CREATE TRIGGER cassette_releases_journaled AFTER INSERT ON cassette_releases
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_releases' AND row_key = NEW.release_id)
+                 WHERE tbl = 'cassette_releases' AND row_key = +NEW.release_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;

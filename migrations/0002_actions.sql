@@ -102,5 +102,5 @@ BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: an action_seq must be larger than every
 
 CREATE TRIGGER cassette_actions_journaled AFTER INSERT ON cassette_actions
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_actions' AND row_key = NEW.action_id)
+                 WHERE tbl = 'cassette_actions' AND row_key = +NEW.action_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;

@@ -145,5 +145,5 @@ END;
 
 CREATE TRIGGER cassette_checkpoints_journaled AFTER INSERT ON cassette_checkpoints
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_checkpoints' AND row_key = NEW.checkpoint_id)
+                 WHERE tbl = 'cassette_checkpoints' AND row_key = +NEW.checkpoint_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;

@@ -78,7 +78,7 @@ CREATE TABLE cassette_migrations (
     name TEXT NOT NULL,
     sha256 TEXT NOT NULL CHECK (length(sha256) = 64)
 ) STRICT;
-INSERT INTO "cassette_migrations" VALUES(1,'cassette','0c629304ad8ac281fce4966a5aa72e79de483728e18e367a34d1758896c4355d');
+INSERT INTO "cassette_migrations" VALUES(1,'cassette','926b5e05e90cd3f444010810d3c7807932f36420ffbac834745a813a447e12df');
 CREATE TABLE cassette_receipts (
     receipt_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (receipt_id > 0),
     step_id INTEGER NOT NULL UNIQUE,
@@ -333,29 +333,29 @@ BEGIN
 END;
 CREATE TRIGGER cassette_messages_journaled AFTER INSERT ON cassette_messages
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_messages' AND row_key = NEW.message_id)
+                 WHERE tbl = 'cassette_messages' AND row_key = +NEW.message_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 CREATE TRIGGER cassette_jobs_journaled AFTER INSERT ON cassette_jobs
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_jobs' AND row_key = NEW.job_id)
+                 WHERE tbl = 'cassette_jobs' AND row_key = +NEW.job_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 CREATE TRIGGER cassette_steps_journaled AFTER INSERT ON cassette_steps
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_steps' AND row_key = NEW.step_id)
+                 WHERE tbl = 'cassette_steps' AND row_key = +NEW.step_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 CREATE TRIGGER cassette_steps_update_journaled AFTER UPDATE ON cassette_steps
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
                  WHERE seq = (SELECT max(seq) FROM cassette_journal)
-                   AND tbl = 'cassette_steps' AND row_key = NEW.step_id
+                   AND tbl = 'cassette_steps' AND row_key = +NEW.step_id
                    AND json_extract(body, '$.row.status') IS NEW.status
                    AND json_extract(body, '$.row.fencing_token') IS NEW.fencing_token)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 CREATE TRIGGER cassette_receipts_journaled AFTER INSERT ON cassette_receipts
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_receipts' AND row_key = NEW.receipt_id)
+                 WHERE tbl = 'cassette_receipts' AND row_key = +NEW.receipt_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 CREATE TRIGGER cassette_releases_journaled AFTER INSERT ON cassette_releases
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_releases' AND row_key = NEW.release_id)
+                 WHERE tbl = 'cassette_releases' AND row_key = +NEW.release_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 COMMIT;
