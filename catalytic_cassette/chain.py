@@ -72,42 +72,58 @@ class CausalChain(LedgerFile):
 
     def append_actions(self, actions: Iterable[Action | dict[str, Any]]) -> list[Action]:
         """Append several actions in one transaction; a refused item refuses the batch."""
-        items: list[Action] = []
-        rows: list[dict[str, Any]] = []
+        prepared = self._prepare(actions)
+        with write_transaction(self.conn) as conn:
+            stored = self._insert(conn, prepared)
+        self._joined(stored)
+        return stored
+
+    def _prepare(
+        self, actions: Iterable[Action | dict[str, Any]]
+    ) -> list[tuple[Action, dict[str, Any]]]:
+        """Validate and encode every item; artifacts are written here, before any commit."""
+        prepared = []
         for index, value in enumerate(actions):
             try:
                 action = coerce(value)
-                rows.append(self._row(action))  # artifacts are written before the commit
+                prepared.append((action, self._row(action)))
             except CassetteError as refused:
                 refused.detail["index"] = index
                 raise
-            items.append(action)
+        return prepared
+
+    def _insert(
+        self, conn: sqlite3.Connection, prepared: list[tuple[Action, dict[str, Any]]]
+    ) -> list[Action]:
+        """Insert prepared actions inside the caller's transaction."""
         stored: list[Action] = []
-        with write_transaction(self.conn) as conn:
-            now = self.clock.now_ms()
-            for index, (action, row) in enumerate(zip(items, rows, strict=True)):
-                row["timestamp"] = now
-                metadata = self._signed_metadata(row)
-                row["metadata_json"] = payloads.dumps(metadata)
-                try:
-                    seq = conn.execute(_INSERT, [row[c] for c in COLUMNS[1:]]).fetchone()[0]
-                except sqlite3.Error as exc:
-                    error = translate(exc)
-                    error.detail["index"] = index
-                    raise error from exc
-                stored.append(
-                    replace(
-                        action,
-                        cost=row["cost_micros"] / COST_SCALE,
-                        timestamp=now,
-                        metadata=metadata,
-                        action_seq=seq,
-                    )
+        now = self.clock.now_ms()
+        for index, (action, row) in enumerate(prepared):
+            row["timestamp"] = now
+            metadata = self._signed_metadata(row)
+            row["metadata_json"] = payloads.dumps(metadata)
+            try:
+                seq = conn.execute(_INSERT, [row[c] for c in COLUMNS[1:]]).fetchone()[0]
+            except sqlite3.Error as exc:
+                error = translate(exc)
+                error.detail["index"] = index
+                raise error from exc
+            stored.append(
+                replace(
+                    action,
+                    cost=row["cost_micros"] / COST_SCALE,
+                    timestamp=now,
+                    metadata=metadata,
+                    action_seq=seq,
                 )
+            )
+        return stored
+
+    def _joined(self, stored: list[Action]) -> None:
+        """Committed actions join their loaded session's working set."""
         for action in stored:
             if action.session_id in self._sessions:
                 self._sessions[action.session_id].add(action)
-        return stored
 
     def _row(self, action: Action) -> dict[str, Any]:
         arguments_json, arguments_artifact = self._store(action.arguments, "arguments")
@@ -266,23 +282,32 @@ class CausalChain(LedgerFile):
 
         Saving the same context of the same plan again returns the same id.
         """
+        text, checkpoint_id = self._checkpoint_text(plan_id, context)
+        with write_transaction(self.conn) as conn:
+            self._store_checkpoint(conn, plan_id, text, checkpoint_id)
+        return checkpoint_id
+
+    @staticmethod
+    def _checkpoint_text(plan_id: str, context: Any) -> tuple[str, str]:
         if not isinstance(plan_id, str) or not 1 <= len(plan_id) <= 200:
             raise CassetteError(ErrorCode.INVALID_PLAN_ID, "plan_id must be 1-200 characters")
         text = plans.checkpoint_text(plan_id, context)
         if len(text.encode("utf-8")) > payloads.MAX_PAYLOAD_BYTES:
             raise CassetteError(ErrorCode.PAYLOAD_TOO_LARGE, "the context is over 16 MiB")
-        checkpoint_id = plans.checkpoint_id_for(text)
-        with write_transaction(self.conn) as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM cassette_checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
-            ).fetchone()
-            if exists is None:
-                conn.execute(
-                    "INSERT INTO cassette_checkpoints (checkpoint_id, plan_id, context_json,"
-                    " created_at) VALUES (?, ?, ?, ?)",
-                    (checkpoint_id, plan_id, text, self.clock.now_ms()),
-                )
-        return checkpoint_id
+        return text, plans.checkpoint_id_for(text)
+
+    def _store_checkpoint(
+        self, conn: sqlite3.Connection, plan_id: str, text: str, checkpoint_id: str
+    ) -> None:
+        exists = conn.execute(
+            "SELECT 1 FROM cassette_checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
+        ).fetchone()
+        if exists is None:
+            conn.execute(
+                "INSERT INTO cassette_checkpoints (checkpoint_id, plan_id, context_json,"
+                " created_at) VALUES (?, ?, ?, ?)",
+                (checkpoint_id, plan_id, text, self.clock.now_ms()),
+            )
 
     def load_checkpoint(self, checkpoint_id: str) -> dict[str, Any]:
         return plans.load_checkpoint(self.conn, checkpoint_id)
@@ -292,21 +317,28 @@ class CausalChain(LedgerFile):
         return None if found is None else plans.load_checkpoint(self.conn, found)
 
     def pause(self, plan_id: str, context: Any, **fields: Any) -> Action:
-        """Save the context as a checkpoint and record PlanPaused referring to it."""
-        checkpoint_id = self.save_checkpoint(plan_id, context)
-        started = plans.plan_started_id(self.conn, plan_id)
+        """Save the context as a checkpoint and record PlanPaused referring to it, in one
+        transaction: a refused pause stores no checkpoint either."""
+        text, checkpoint_id = self._checkpoint_text(plan_id, context)
         metadata = {**fields.pop("metadata", {}), "checkpoint_id": checkpoint_id}
-        return self.append_action(
-            {
-                "plan_id": plan_id,
-                "intent_id": fields.pop("intent_id", self._intent_of(plan_id)),
-                "action_type": "PlanPaused",
-                "function_name": fields.pop("function_name", "pause"),
-                "parent_action_id": started,
-                "metadata": metadata,
-                **fields,
-            }
+        prepared = self._prepare(
+            [
+                {
+                    "plan_id": plan_id,
+                    "intent_id": fields.pop("intent_id", self._intent_of(plan_id)),
+                    "action_type": "PlanPaused",
+                    "function_name": fields.pop("function_name", "pause"),
+                    "parent_action_id": plans.plan_started_id(self.conn, plan_id),
+                    "metadata": metadata,
+                    **fields,
+                }
+            ]
         )
+        with write_transaction(self.conn) as conn:
+            self._store_checkpoint(conn, plan_id, text, checkpoint_id)
+            stored = self._insert(conn, prepared)
+        self._joined(stored)
+        return stored[0]
 
     def resume(
         self, plan_id: str, checkpoint_id: str | None = None, **fields: Any

@@ -147,6 +147,20 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         raise
 
 
+@contextmanager
+def read_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A deferred read transaction: several SELECTs see one snapshot (WAL)."""
+    if conn.in_transaction:
+        yield conn
+        return
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+
+
 def _busy_or_translate(conn: sqlite3.Connection, exc: sqlite3.Error) -> CassetteError:
     error = translate(exc)
     if error.code is ErrorCode.BUSY:

@@ -6,6 +6,7 @@ import sqlite3
 from typing import Any
 
 from .actions import CATEGORIES
+from .connection import read_transaction
 from .errors import CassetteError, ErrorCode
 
 SUMMARY_WIDTH = 100
@@ -135,7 +136,8 @@ def downstream(conn: sqlite3.Connection, action_id: str) -> list[str]:
 def causality_stats(
     conn: sqlite3.Connection, plan_id: str | None = None, session_id: str | None = None
 ) -> dict[str, Any]:
-    """Aggregates over every matching action (SQL, never a sample).
+    """Aggregates over every matching action (SQL, never a sample): three aggregate
+    statements in one read transaction, so they describe the same snapshot.
 
     The chain length of an action with a cause is the number of caused_by links from it
     up to its root cause, followed across the whole ledger (a cause may lie outside the
@@ -150,6 +152,17 @@ def causality_stats(
         where.append("a.session_id = :session")
         params["session"] = session_id
     scope = " AND ".join(where)
+    with read_transaction(conn):
+        return _stats(conn, scope, params, plan_id, session_id)
+
+
+def _stats(
+    conn: sqlite3.Connection,
+    scope: str,
+    params: dict[str, Any],
+    plan_id: str | None,
+    session_id: str | None,
+) -> dict[str, Any]:
     totals = conn.execute(
         f"SELECT count(*), sum({_HAS_CAUSALITY}), sum(caused_by IS NOT NULL),"
         " sum(caused_by IS NOT NULL AND rationale IS NULL),"

@@ -52,16 +52,6 @@ END;
 -- PlanPaused (paused), PlanCompleted or PlanAborted (finished). Every action of a
 -- finished plan is refused; the other rules concern lifecycle actions and checkpoint
 -- references only, so the common actions (capability calls) skip them.
-CREATE TRIGGER cassette_actions_plan_finished BEFORE INSERT ON cassette_actions
-BEGIN
-    SELECT RAISE(ABORT, 'PLAN_FINISHED: the plan has completed or aborted')
-    WHERE (SELECT action_type FROM cassette_actions
-           WHERE plan_id = NEW.plan_id
-             AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted',
-                                 'PlanAborted')
-           ORDER BY action_seq DESC LIMIT 1) IN ('PlanCompleted', 'PlanAborted');
-END;
-
 CREATE TRIGGER cassette_actions_lifecycle_guard BEFORE INSERT ON cassette_actions
 WHEN NEW.action_type GLOB 'Plan*'
   OR CASE WHEN json_valid(NEW.metadata_json)
@@ -128,6 +118,18 @@ BEGIN
       AND NOT EXISTS (SELECT 1 FROM cassette_checkpoints k
                       WHERE k.checkpoint_id = json_extract(NEW.metadata_json, '$.checkpoint_id')
                         AND k.plan_id = NEW.plan_id);
+END;
+
+-- Created after the lifecycle guard so that it fires first (SQLite runs the newest
+-- trigger of an event first): an action of a finished plan is always PLAN_FINISHED.
+CREATE TRIGGER cassette_actions_plan_finished BEFORE INSERT ON cassette_actions
+BEGIN
+    SELECT RAISE(ABORT, 'PLAN_FINISHED: the plan has completed or aborted')
+    WHERE (SELECT action_type FROM cassette_actions
+           WHERE plan_id = NEW.plan_id
+             AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted',
+                                 'PlanAborted')
+           ORDER BY action_seq DESC LIMIT 1) IN ('PlanCompleted', 'PlanAborted');
 END;
 
 CREATE TRIGGER cassette_checkpoints_no_update BEFORE UPDATE ON cassette_checkpoints
