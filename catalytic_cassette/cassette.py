@@ -5,13 +5,15 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import payloads
 from .connection import write_transaction
 from .errors import CassetteError, ErrorCode, translate
 from .ledger import LedgerFile
-from .verify import VerifyReport, verify_connection
+
+if TYPE_CHECKING:
+    from .verify import VerifyReport
 
 SOURCES = ("USER", "PLANNER", "SYSTEM", "WORKER")
 OUTCOMES = ("SUCCESS", "FAILURE", "ABORTED")
@@ -463,4 +465,6 @@ class MessageCassette(LedgerFile):
 
     def verify_cassette(self, run_id: str | None = None) -> VerifyReport:
         """Check structure, the journal chain, state against history and consistency."""
+        from .verify import verify_connection
+
         return verify_connection(self.conn, run_id=run_id, now_ms=self.now_ms())

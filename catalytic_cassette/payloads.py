@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -70,8 +69,7 @@ def encode_object(value: Any, what: str = "payload") -> str:
     return text
 
 
-@dataclass(frozen=True)
-class JobPlan:
+class JobPlan(NamedTuple):
     intent: str
     steps: tuple[str, ...]  # canonical JSON of each step payload
 

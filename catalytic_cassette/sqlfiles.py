@@ -1,42 +1,32 @@
 """Find and split the SQL files shipped with the package.
 
 In a wheel, ``schema/`` and ``migrations/`` live inside the package (see
-pyproject.toml). In a source checkout they sit at the top level, beside it.
+pyproject.toml). In a source checkout they sit at the top level, beside it. Plain paths
+(not importlib.resources): the wheel installs them as files, and startup stays fast.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
-from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import sys
-
-    if sys.version_info >= (3, 11):
-        from importlib.resources.abc import Traversable
-    else:
-        from importlib.abc import Traversable
+from typing import NamedTuple
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
-def _folder(name: str) -> Traversable:
-    packaged = resources.files("catalytic_cassette").joinpath(name)
+def _folder(name: str) -> Path:
+    packaged = Path(__file__).resolve().parent / name
     if packaged.is_dir():
         return packaged
-    checkout = Path(__file__).resolve().parent.parent / name
+    checkout = packaged.parent.parent / name
     if checkout.is_dir():
         return checkout
     raise FileNotFoundError(f"catalytic_cassette: SQL folder {name!r} is not installed")
 
 
-@dataclass(frozen=True)
-class Migration:
+class Migration(NamedTuple):
     version: int
     name: str
     sql: str
