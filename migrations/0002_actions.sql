@@ -97,7 +97,8 @@ BEGIN
 END;
 
 CREATE TRIGGER cassette_actions_in_order AFTER INSERT ON cassette_actions
-WHEN NEW.action_seq IS NOT (SELECT max(action_seq) FROM cassette_actions)
+-- (a rowid range probe: max() would let the planner pick a covering index and scan it)
+WHEN EXISTS (SELECT 1 FROM cassette_actions WHERE action_seq > NEW.action_seq)
 BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: an action_seq must be larger than every existing one'); END;
 
 CREATE TRIGGER cassette_actions_journaled AFTER INSERT ON cassette_actions

@@ -78,7 +78,7 @@ CREATE TABLE cassette_migrations (
     name TEXT NOT NULL,
     sha256 TEXT NOT NULL CHECK (length(sha256) = 64)
 ) STRICT;
-INSERT INTO "cassette_migrations" VALUES(1,'cassette','926b5e05e90cd3f444010810d3c7807932f36420ffbac834745a813a447e12df');
+INSERT INTO "cassette_migrations" VALUES(1,'cassette','db0645f3d3532b23b07468bb7522887a11462325ea3cacd7dd0550168d676580');
 CREATE TABLE cassette_receipts (
     receipt_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (receipt_id > 0),
     step_id INTEGER NOT NULL UNIQUE,
@@ -194,7 +194,8 @@ BEGIN
                   WHERE run_id = NEW.run_id AND idempotency_key = NEW.idempotency_key);
 END;
 CREATE TRIGGER cassette_messages_in_order AFTER INSERT ON cassette_messages
-WHEN NEW.message_id IS NOT (SELECT max(message_id) FROM cassette_messages)
+-- (a rowid range probe: max() would let the planner pick a covering index and scan it)
+WHEN EXISTS (SELECT 1 FROM cassette_messages WHERE message_id > NEW.message_id)
 BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: a message_id must be larger than every existing one'); END;
 CREATE TRIGGER cassette_jobs_insert_guard BEFORE INSERT ON cassette_jobs
 BEGIN
