@@ -336,9 +336,29 @@ def _body_identity(body: Any) -> tuple[str | None, Any]:
 # ---------------------------------------------------------------------- 3. state
 
 
-def _row_matches_sql(table: str, columns: Iterable[str]) -> str:
-    compare = " AND ".join(f"json_extract(l.body, '$.row.{c}') IS t.{c}" for c in columns)
-    return compare
+def _state_query(table: str, key: str, columns: Iterable[str], run_filter: str) -> str:
+    """Each row with the seq of its latest journal revision and whether they match.
+
+    The fast path compares the whole row as SQLite renders it; when the text differs
+    (possibly only because another SQLite version escaped a string differently) the
+    columns are compared one by one as values, which is what decides.
+    """
+    columns = list(columns)
+    rendered = "json_object(" + ", ".join(f"'{c}', t.{c}" for c in columns) + ")"
+    by_value = " AND ".join(f"json_extract(l.body, '$.row.{c}') IS t.{c}" for c in columns)
+    latest = (
+        f"SELECT seq FROM cassette_journal j WHERE j.tbl = '{table}' AND j.row_key = +t.{key}"
+        " ORDER BY seq DESC LIMIT 1"
+    )
+    return (
+        f"SELECT t.{key}, l.seq, CASE"
+        " WHEN l.seq IS NULL THEN 0"
+        f" WHEN json_extract(l.body, '$.key') IS NOT t.{key} THEN 0"
+        f" WHEN json_extract(l.body, '$.row') = {rendered} THEN 1"
+        f" ELSE ({by_value}) END"
+        f" FROM {table} t LEFT JOIN cassette_journal l ON l.seq = ({latest})"
+        f" WHERE 1{run_filter}"
+    )
 
 
 def _check_state(conn: sqlite3.Connection, out: _Collector, run_id: str | None) -> None:
@@ -346,16 +366,7 @@ def _check_state(conn: sqlite3.Connection, out: _Collector, run_id: str | None) 
         if run_id is not None and "run_id" not in columns:
             continue  # a run-scoped verify covers the tables that belong to runs
         run_filter = "" if run_id is None else " AND t.run_id = :run"
-        latest = (
-            "SELECT seq, body FROM cassette_journal j"
-            f" WHERE j.tbl = '{table}' AND j.row_key = +t.{key} ORDER BY seq DESC LIMIT 1"
-        )
-        query = (
-            f"SELECT t.{key}, (SELECT seq FROM ({latest})),"
-            f" EXISTS (SELECT 1 FROM ({latest}) l WHERE {_row_matches_sql(table, columns)}"
-            f" AND json_extract(l.body, '$.key') IS t.{key})"
-            f" FROM {table} t WHERE 1{run_filter}"
-        )
+        query = _state_query(table, key, columns, run_filter)
         for row_key, seq, matches in conn.execute(query, {"run": run_id}):
             if seq is None:
                 out.add(
