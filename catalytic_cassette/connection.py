@@ -74,11 +74,12 @@ def connect(
     except sqlite3.Error as exc:
         raise translate(exc) from exc
     try:
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        # Every PRAGMA is read to the end, so no statement is left open.
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}").fetchall()
         version = schema_version(conn)
-        conn.execute(f"PRAGMA synchronous = {sync}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA recursive_triggers = ON")
+        conn.execute(f"PRAGMA synchronous = {sync}").fetchall()
+        conn.execute("PRAGMA foreign_keys = ON").fetchall()
+        conn.execute("PRAGMA recursive_triggers = ON").fetchall()
         register_functions(conn, clock)
         latest = current_version()
         if version > latest:
@@ -98,8 +99,8 @@ def connect(
                 )
             apply_pending(conn)
         # After migrating, so that a failed migration leaves even the header unchanged.
-        if path != ":memory:" and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            conn.execute("PRAGMA journal_mode = WAL")
+        if path != ":memory:" and conn.execute("PRAGMA journal_mode").fetchall()[0][0] != "wal":
+            conn.execute("PRAGMA journal_mode = WAL").fetchall()
         for statement in sqlfiles.statements(sqlfiles.schema_sql("connection.sql")):
             conn.execute(statement)
     except CassetteError:
@@ -125,7 +126,7 @@ def connect_readonly(path: str | os.PathLike[str]) -> sqlite3.Connection:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
     except sqlite3.Error as exc:
         raise translate(exc) from exc
-    conn.execute(f"PRAGMA busy_timeout = {DEFAULT_BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {DEFAULT_BUSY_TIMEOUT_MS}").fetchall()
     return conn
 
 

@@ -24,7 +24,7 @@ def current_version() -> int:
 
 def schema_version(conn: sqlite3.Connection) -> int:
     """0 for an empty file; refuses a file that is not a cassette."""
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
     if app_id == APPLICATION_ID:
         row = conn.execute("SELECT max(version) FROM cassette_migrations").fetchone()
         return int(row[0] or 0)
