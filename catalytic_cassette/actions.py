@@ -112,7 +112,6 @@ def coerce(value: Action | dict[str, Any]) -> Action:
     return action
 
 
-INT64_MAX = 2**63 - 1
 _REQUIRED_TEXT = ("plan_id", "intent_id", "function_name")
 _OPTIONAL_TEXT = ("parent_action_id", "session_id", "error_message", "caused_by", "rationale")
 _TEXT_CODES = {
@@ -160,18 +159,18 @@ def _validate(action: Action) -> None:
     if (
         isinstance(cost, bool)
         or not isinstance(cost, (int, float))
-        or not (0 <= cost <= INT64_MAX // COST_SCALE)
+        or not (0 <= cost <= payloads.INT64_MAX // COST_SCALE)
         or not math.isfinite(float(cost))
     ):
         raise CassetteError(
             ErrorCode.INVALID_COST,
-            f"cost must be a finite number in [0, {INT64_MAX // COST_SCALE}]",
+            f"cost must be a finite number in [0, {payloads.INT64_MAX // COST_SCALE}]",
         )
     duration = action.duration_ms
     if (
         isinstance(duration, bool)
         or not isinstance(duration, int)
-        or not 0 <= duration <= INT64_MAX
+        or not 0 <= duration <= payloads.INT64_MAX
     ):
         raise CassetteError(
             ErrorCode.INVALID_DURATION, "duration_ms must be a non-negative integer"

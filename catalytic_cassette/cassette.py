@@ -45,14 +45,11 @@ def _name(value: Any, code: ErrorCode, what: str) -> str:
     return value
 
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
 def _integer(value: Any, code: ErrorCode, what: str) -> int:
     """A Python int that SQLite can store (64-bit), else a coded refusal."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise CassetteError(code, f"{what} must be an integer, not {value!r}")
-    if not INT64_MIN <= value <= INT64_MAX:
+    if not payloads.INT64_MIN <= value <= payloads.INT64_MAX:
         raise CassetteError(code, f"{what} is outside the 64-bit integer range")
     return value
 

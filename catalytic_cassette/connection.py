@@ -101,7 +101,7 @@ def connect(
         # After migrating, so that a failed migration leaves even the header unchanged.
         if path != ":memory:" and conn.execute("PRAGMA journal_mode").fetchall()[0][0] != "wal":
             conn.execute("PRAGMA journal_mode = WAL").fetchall()
-        for statement in sqlfiles.statements(sqlfiles.schema_sql("connection.sql")):
+        for statement in sqlfiles.connection_statements():
             conn.execute(statement)
     except CassetteError:
         conn.close()

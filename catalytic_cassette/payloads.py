@@ -10,6 +10,7 @@ from .errors import CassetteError, ErrorCode
 
 MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 MAX_NAME_LENGTH = 200
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what a SQLite INTEGER holds
 DEFAULT_INTENT = "default"
 
 

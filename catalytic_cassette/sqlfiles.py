@@ -71,3 +71,9 @@ def statements(script: str) -> list[str]:
 
 def _has_code(text: str) -> bool:
     return any(line.strip() and not line.strip().startswith("--") for line in text.splitlines())
+
+
+@cache
+def connection_statements() -> tuple[str, ...]:
+    """The TEMP triggers every package connection installs, split once per process."""
+    return tuple(statements(schema_sql("connection.sql")))

@@ -297,12 +297,14 @@ def _check_chain(conn: sqlite3.Connection, out: _Collector, progress: Progress |
 
 def _walk_chain(conn: sqlite3.Connection, out: _Collector, progress: Progress | None) -> int:
     expected_seq = 0
+    read = 0
     prev = ZERO_HASH
     cursor = conn.execute(
         "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal ORDER BY seq"
     )
     for seq, body, leaf, chain in cursor:
-        if progress is not None and expected_seq and expected_seq % PROGRESS_EVERY == 0:
+        read += 1
+        if progress is not None and read % PROGRESS_EVERY == 0:
             progress(PROGRESS_EVERY)
         if seq != expected_seq:
             out.add(Finding("journal_gap", f"expected seq {expected_seq}, found {seq}", seq=seq))
@@ -320,6 +322,8 @@ def _walk_chain(conn: sqlite3.Connection, out: _Collector, progress: Progress | 
             )
         prev = chain if isinstance(chain, bytes) else b""
         expected_seq += 1
+    if progress is not None and read % PROGRESS_EVERY:
+        progress(read % PROGRESS_EVERY)
     return expected_seq
 
 

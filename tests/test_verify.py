@@ -291,3 +291,16 @@ def test_random_byte_flips_never_pass_unnoticed(ledger: Path, tmp_path: Path) ->
             assert not passed, f"trial {trial}: content changed but verify passed"
         target.unlink()
     assert changed_content > 10
+
+
+def test_progress_reports_every_journal_row_once(
+    ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from catalytic_cassette import verify
+
+    monkeypatch.setattr(verify, "PROGRESS_EVERY", 7)
+    steps: list[int] = []
+    report = verify_path(str(ledger), progress=steps.append)
+    assert report.ok
+    assert sum(steps) == report.journal_rows
+    assert steps[:-1] == [7] * (len(steps) - 1) and 0 < steps[-1] <= 7
