@@ -1,6 +1,7 @@
 """Journal hashes (LAW.md, "Journal encoding").
 
 leaf  = SHA-256(0x00 || body)                       (RFC 9162 leaf hash)
+node  = SHA-256(0x01 || left || right)               (RFC 9162 interior node)
 chain = SHA-256(0x02 || seq as u64 big-endian || prev_chain || leaf)
 The chain before the first entry is 32 zero bytes.
 """
@@ -46,6 +47,30 @@ def sql_chain_hash(seq: int | None, prev: bytes | None, leaf: bytes | None) -> b
     if seq is None or prev is None or leaf is None or seq < 0:
         return None
     return chain_hash(seq, bytes(prev), bytes(leaf))
+
+
+class NodeHasher:
+    """``cassette_node_hash`` for SQLite, remembering the nodes it made last.
+
+    The tree trigger computes each new node and the nodes' insert guard checks it
+    again in the same statement; the small memo makes that check a lookup.
+    """
+
+    _KEEP = 128
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[bytes, bytes], bytes] = {}
+
+    def __call__(self, left: bytes | None, right: bytes | None) -> bytes | None:
+        if left is None or right is None:
+            return None
+        key = (bytes(left), bytes(right))
+        found = self._memo.get(key)
+        if found is None:
+            if len(self._memo) >= self._KEEP:
+                self._memo.clear()
+            found = self._memo[key] = hashlib.sha256(b"\x01" + key[0] + key[1]).digest()
+        return found
 
 
 def sha256_hex(text: str | None) -> str | None:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
     "EMPTY_ROOT",
+    "CompactRange",
     "HASH_SIZE",
     "MemoryTree",
     "SubtreeFn",
@@ -299,6 +300,37 @@ def verify_consistency(
         fn >>= 1
         sn >>= 1
     return sn == 0 and hmac.compare_digest(fr, old_root) and hmac.compare_digest(sr, new_root)
+
+
+class CompactRange:
+    """The right edge of a growing tree: one hash per set bit of its size.
+
+    Streams any number of leaves in ``O(log n)`` memory. ``append`` returns the aligned
+    complete subtrees the new leaf completes, smallest first, as ``(level, hash)``.
+    """
+
+    def __init__(self) -> None:
+        self._edge: list[tuple[int, bytes]] = []
+        self.size = 0
+
+    def append(self, leaf: bytes) -> list[tuple[int, bytes]]:
+        completed: list[tuple[int, bytes]] = []
+        level, value = 0, leaf
+        while self._edge and self._edge[-1][0] == level:
+            value = node_hash(self._edge.pop()[1], value)
+            level += 1
+            completed.append((level, value))
+        self._edge.append((level, value))
+        self.size += 1
+        return completed
+
+    def root(self) -> bytes:
+        if not self._edge:
+            return EMPTY_ROOT
+        result = self._edge[-1][1]
+        for _, left in reversed(self._edge[:-1]):
+            result = node_hash(left, result)
+        return result
 
 
 class MemoryTree:

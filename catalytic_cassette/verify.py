@@ -77,6 +77,10 @@ LEDGER_TABLES["cassette_checkpoints"] = (
     "checkpoint_id",
     ("checkpoint_seq", "checkpoint_id", "plan_id", "context_json", "created_at"),
 )
+LEDGER_TABLES["cassette_seals"] = (
+    "seal_id",
+    ("seal_id", "tree_size", "root_hex", "origin", "key_id", "note", "created_at"),
+)
 MUTABLE_TABLES = frozenset({"cassette_steps"})
 
 UNANCHORED_NOTE = (
@@ -213,8 +217,12 @@ def verify_path(
 @lru_cache(maxsize=1)
 def expected_schema() -> tuple[tuple[str, str, str, str], ...]:
     """(type, name, tbl_name, sql) of every object the migrations create."""
-    memory = sqlite3.connect(":memory:")
+    from .connection import register_functions
+
+    memory = sqlite3.connect(":memory:", isolation_level=None)
     try:
+        memory.execute("PRAGMA recursive_triggers = ON")
+        register_functions(memory, SystemClock())
         for migration in sqlfiles.migrations():
             for statement in sqlfiles.statements(migration.sql):
                 memory.execute(statement)
@@ -258,7 +266,7 @@ def _check_structure(conn: sqlite3.Connection, out: _Collector) -> bool:
             )
         )
     meta = conn.execute("SELECT key, value FROM cassette_meta ORDER BY key").fetchall()
-    if [tuple(row) for row in meta] != [("format", FORMAT)]:
+    if not _meta_is_a_cassettes([(str(k), str(v)) for k, v in meta]):
         out.add(
             Finding(
                 "schema_changed", "cassette_meta differs from a cassette's", table="cassette_meta"
@@ -281,6 +289,18 @@ def _check_structure(conn: sqlite3.Connection, out: _Collector) -> bool:
                 )
             )
     return ok
+
+
+def _meta_is_a_cassettes(meta: list[tuple[str, str]]) -> bool:
+    """('format', FORMAT), and from 0004 on a ledger_id of 32 lowercase hex digits."""
+    expected_keys = ["format", "ledger_id"] if current_version() >= 4 else ["format"]
+    if [key for key, _ in meta] != expected_keys or meta[0][1] != FORMAT:
+        return False
+    return all(
+        len(value) == 32 and all(c in "0123456789abcdef" for c in value)
+        for key, value in meta
+        if key == "ledger_id"
+    )
 
 
 # ---------------------------------------------------------------------- 2. chain

@@ -202,3 +202,20 @@ BEGIN
                                            ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
+
+CREATE TEMP TRIGGER cassette_seals_journal AFTER INSERT ON main.cassette_seals
+BEGIN
+    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)
+    SELECT e.seq, e.body, e.leaf, cassette_chain_hash(e.seq, e.prev, e.leaf)
+    FROM (SELECT n.seq, n.prev, n.body, cassette_leaf_hash(n.body) AS leaf
+          FROM (SELECT coalesce(h.seq + 1, 0) AS seq, coalesce(h.chain_hash, zeroblob(32)) AS prev,
+                       json_object('table', 'cassette_seals', 'op', 'INSERT', 'key', NEW.seal_id,
+                           'row', json_object(
+                               'seal_id', NEW.seal_id, 'tree_size', NEW.tree_size,
+                               'root_hex', NEW.root_hex, 'origin', NEW.origin,
+                               'key_id', NEW.key_id, 'note', NEW.note,
+                               'created_at', NEW.created_at)) AS body
+                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
+                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+          LIMIT -1 OFFSET 0) e;
+END;

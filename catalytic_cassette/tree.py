@@ -1,0 +1,84 @@
+"""The ledger's Merkle tree, read from the nodes stored beside the journal.
+
+Level 0 is the journal's ``leaf_hash`` column; a complete aligned subtree of ``2**level``
+leaves is a row of ``cassette_tree_nodes`` keyed by its last leaf. Roots and proofs of
+any size need O(log n) point reads (``merkle`` builds them from complete subtrees).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from . import merkle
+from .errors import CassetteError, ErrorCode
+
+
+def size(conn: sqlite3.Connection) -> int:
+    """Number of journal entries: the size of the tree."""
+    row = conn.execute("SELECT max(seq) FROM cassette_journal").fetchone()
+    return 0 if row[0] is None else int(row[0]) + 1
+
+
+def leaf_end(level: int, index: int) -> int:
+    """Journal seq of the last leaf of the aligned subtree (level, index)."""
+    return ((index + 1) << level) - 1
+
+
+class StoredTree:
+    """Roots and proofs from one connection; read them inside one read transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def subtree(self, level: int, index: int) -> bytes:
+        if level == 0:
+            row = self.conn.execute(
+                "SELECT leaf_hash FROM cassette_journal WHERE seq = ?", (index,)
+            ).fetchone()
+        else:
+            row = self.conn.execute(
+                "SELECT hash FROM cassette_tree_nodes WHERE leaf_end = ? AND level = ?",
+                (leaf_end(level, index), level),
+            ).fetchone()
+        if row is None or not isinstance(row[0], bytes):
+            raise CassetteError(
+                ErrorCode.TREE_BROKEN,
+                f"the tree has no node at level {level}, index {index}",
+                level=level,
+                index=index,
+            )
+        return row[0]
+
+    def size(self) -> int:
+        return size(self.conn)
+
+    def _check_size(self, tree_size: int) -> None:
+        have = self.size()
+        if not 0 <= tree_size <= have:
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"tree size {tree_size} is not between 0 and the ledger's {have}",
+                size=have,
+            )
+
+    def root(self, tree_size: int) -> bytes:
+        self._check_size(tree_size)
+        return merkle.root(tree_size, self.subtree)
+
+    def inclusion_proof(self, index: int, tree_size: int) -> list[bytes]:
+        self._check_size(tree_size)
+        if not 0 <= index < tree_size:
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"entry {index} is not in a tree of {tree_size} entries",
+            )
+        return merkle.inclusion_proof(index, tree_size, self.subtree)
+
+    def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
+        self._check_size(new_size)
+        if not 0 < old_size <= new_size:
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"a consistency proof needs 0 < old size <= new size, not {old_size}, {new_size}",
+            )
+        return merkle.consistency_proof(old_size, new_size, self.subtree)
