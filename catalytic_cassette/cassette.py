@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import payloads
-from .connection import write_transaction
 from .errors import CassetteError, ErrorCode, translate
 from .ledger import LedgerFile
 
@@ -141,7 +140,7 @@ class MessageCassette(LedgerFile):
             for index, item in enumerate(items)
         ]
         results: list[tuple[int, int]] = []
-        with write_transaction(self.conn) as conn:
+        with self.write() as conn:
             now = self.now_ms()
             for index, item in enumerate(prepared):
                 results.append(_indexed(index, len(prepared), self._insert_post, conn, now, *item))
@@ -242,7 +241,7 @@ class MessageCassette(LedgerFile):
             raise CassetteError(ErrorCode.INVALID_ARGUMENT, "n must be at least 1")
         ttl = _ttl_ms(ttl_seconds)
         claimed: list[dict[str, Any]] = []
-        with write_transaction(self.conn) as conn:
+        with self.write() as conn:
             expires = self.now_ms() + ttl
             for _ in range(n):
                 row = conn.execute(
@@ -290,7 +289,7 @@ class MessageCassette(LedgerFile):
             for index, item in enumerate(items)
         ]
         receipt_ids: list[int] = []
-        with write_transaction(self.conn) as conn:
+        with self.write() as conn:
             now = self.now_ms()
             for index, params in enumerate(prepared):
                 receipt_ids.append(
@@ -339,7 +338,7 @@ class MessageCassette(LedgerFile):
                     ErrorCode.INVALID_ARGUMENT, "a release names the step and the holder's token"
                 )
             return [self._release(run_id, step_id, worker_id, fencing_token)]
-        with write_transaction(self.conn) as conn:
+        with self.write() as conn:
             now = self.now_ms()
             if step_id is not None:
                 self._check_requeueable(conn, run_id, step_id, now)
@@ -396,7 +395,7 @@ class MessageCassette(LedgerFile):
     def _release(self, run_id: str, step_id: int, worker_id: str, token: int) -> dict[str, Any]:
         _name(worker_id, ErrorCode.INVALID_WORKER, "worker_id")
         _integer(token, ErrorCode.INVALID_TOKEN, "fencing_token")
-        with write_transaction(self.conn) as conn:
+        with self.write() as conn:
             conn.execute(
                 "INSERT INTO cassette_releases"
                 " (step_id, run_id, worker_id, fencing_token, created_at) VALUES (?, ?, ?, ?, ?)",

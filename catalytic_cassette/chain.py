@@ -13,13 +13,15 @@ from . import payloads, plans, reasoning
 from .actions import COLUMNS, COST_SCALE, SELECT_COLUMNS, Action, coerce, cost_micros, from_row
 from .artifacts import DEFAULT_THRESHOLD_BYTES, ArtifactStore, default_root
 from .clock import Clock
-from .connection import DEFAULT_BUSY_TIMEOUT_MS, write_transaction
+from .connection import DEFAULT_BUSY_TIMEOUT_MS
 from .errors import CassetteError, ErrorCode, translate
 from .ledger import LedgerFile
 from .sessions import SessionWorkingSet
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from .seals import AutoSeal
 
 _INSERT = (
     f"INSERT INTO cassette_actions ({', '.join(COLUMNS[1:])})"
@@ -53,10 +55,15 @@ class CausalChain(LedgerFile):
         signing_key: Ed25519PrivateKey | str | os.PathLike[str] | None = None,
         artifact_threshold: int = DEFAULT_THRESHOLD_BYTES,
         artifact_dir: str | os.PathLike[str] | None = None,
+        auto_seal: AutoSeal | None = None,
     ) -> None:
         self._signing_key = _load_signing_key(signing_key)  # before opening: nothing to leak
         super().__init__(
-            db_path, clock=clock, durability=durability, busy_timeout_ms=busy_timeout_ms
+            db_path,
+            clock=clock,
+            durability=durability,
+            busy_timeout_ms=busy_timeout_ms,
+            auto_seal=auto_seal,
         )
         db_dir = Path(self.db_path).resolve().parent
         root = Path(artifact_dir) if artifact_dir is not None else default_root(self.db_path)
@@ -73,7 +80,7 @@ class CausalChain(LedgerFile):
     def append_actions(self, actions: Iterable[Action | dict[str, Any]]) -> list[Action]:
         """Append several actions in one transaction; a refused item refuses the batch."""
         prepared = self._prepare(actions)
-        with write_transaction(self.conn) as conn:
+        with self.write() as conn:
             stored = self._insert(conn, prepared)
         self._joined(stored)
         return stored
@@ -283,7 +290,7 @@ class CausalChain(LedgerFile):
         Saving the same context of the same plan again returns the same id.
         """
         text, checkpoint_id = self._checkpoint_text(plan_id, context)
-        with write_transaction(self.conn) as conn:
+        with self.write() as conn:
             self._store_checkpoint(conn, plan_id, text, checkpoint_id)
         return checkpoint_id
 
@@ -334,7 +341,7 @@ class CausalChain(LedgerFile):
                 }
             ]
         )
-        with write_transaction(self.conn) as conn:
+        with self.write() as conn:
             self._store_checkpoint(conn, plan_id, text, checkpoint_id)
             stored = self._insert(conn, prepared)
         self._joined(stored)

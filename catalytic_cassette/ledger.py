@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from .clock import Clock, SystemClock
-from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect
+from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect, write_transaction
+
+if TYPE_CHECKING:
+    from .seals import AutoSeal
 
 L = TypeVar("L", bound="LedgerFile")
 DB_ENV = "CASSETTE_DB"
@@ -29,7 +34,9 @@ class LedgerFile:
         clock: Clock | None = None,
         durability: str | None = None,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        auto_seal: AutoSeal | None = None,
     ) -> None:
+        self.auto_seal = auto_seal
         self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
         self.clock: Clock = clock or SystemClock()
         self.conn: sqlite3.Connection = connect(
@@ -40,8 +47,20 @@ class LedgerFile:
         """The ledger clock: the same object the SQL function cassette_now_ms() reads."""
         return self.clock.now_ms()
 
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; once it commits, the automatic seal (if any) runs."""
+        with write_transaction(self.conn) as conn:
+            yield conn
+        if self.auto_seal is not None:
+            self.auto_seal.after_write(self.conn, self.now_ms())
+
     def close(self) -> None:
-        self.conn.close()
+        try:
+            if self.auto_seal is not None:
+                self.auto_seal.at_close(self.conn, self.now_ms())
+        finally:
+            self.conn.close()
 
     def __enter__(self: L) -> L:
         return self

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
     "EMPTY_ROOT",
-    "CompactRange",
     "HASH_SIZE",
+    "CompactRange",
     "MemoryTree",
     "SubtreeFn",
     "consistency_proof",

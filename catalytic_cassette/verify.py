@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from . import sqlfiles
 from .actions import COLUMNS as ACTION_COLUMNS
+from .anchor import UNVERIFIABLE_KINDS, Anchor, judge, open_anchor
 from .clock import SystemClock
-from .connection import connect_readonly
+from .connection import connect_readonly, read_transaction
 from .errors import CassetteError, ErrorCode
 from .hashing import ZERO_HASH, chain_hash, leaf_hash
+from .merkle import CompactRange
 from .migrate import FORMAT, current_version, migration_digest, schema_version
 
 if TYPE_CHECKING:
@@ -105,10 +107,17 @@ class VerifyReport:
     journal_rows: int = 0
     suppressed: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    anchors: list[dict[str, Any]] = field(default_factory=list)
+    anchored: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
         return not any(f.severity == "error" for f in self.findings)
+
+    @property
+    def unverifiable(self) -> bool:
+        """Something asked for could not be checked (an anchor under another key, say)."""
+        return any(f.severity == "unverifiable" for f in self.findings)
 
     @property
     def errors(self) -> list[Finding]:
@@ -121,6 +130,8 @@ class VerifyReport:
             "findings": [asdict(f) for f in self.findings],
             "suppressed": self.suppressed,
             "notes": self.notes,
+            "anchors": self.anchors,
+            "anchored": self.anchored,
         }
 
 
@@ -151,12 +162,35 @@ def verify_connection(
     db_dir: Path | None = None,
     public_key: Ed25519PublicKey | None = None,
     progress: Progress | None = None,
+    anchors: list[Anchor] | None = None,
+    seal_key: Ed25519PublicKey | None = None,
+    origin: str | None = None,
 ) -> VerifyReport:
-    """Run every check; ``progress(n)`` is told each time n more journal rows were read."""
-    report = VerifyReport(notes=[UNANCHORED_NOTE])
+    """Run every check; ``progress(n)`` is told each time n more journal rows were read.
+
+    With ``anchors`` (seal files), ``seal_key`` and ``origin`` pin who signed them and
+    which ledger they name; the ledger is then checked against each of them too.
+    """
+    report = VerifyReport(notes=[] if anchors else [UNANCHORED_NOTE])
     out = _Collector(report)
     tables_intact = _check_structure(conn, out)
-    report.journal_rows = _check_chain(conn, out, progress)
+    if anchors:
+        if seal_key is None or origin is None:
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                "verifying against seals needs the pinned public key and origin",
+            )
+        for anchor in anchors:
+            open_anchor(anchor, seal_key, origin)
+    recorded = _recorded_seals(conn) if tables_intact else []
+    wanted = {size for _, size, _, _ in recorded}
+    wanted.update(a.checkpoint.size for a in anchors or () if a.checkpoint is not None)
+    walk = _TreeWalk(conn, out, wanted, stored_nodes=tables_intact)
+    report.journal_rows = _check_chain(conn, out, progress, walk)
+    walk.finish()
+    _check_recorded_seals(out, recorded, walk.roots, report.journal_rows, seal_key, origin)
+    if anchors:
+        _judge_anchors(conn, report, out, anchors, walk.roots)
     if tables_intact:
         _check_state(conn, out, run_id)
         _check_consistency(conn, out, run_id, now_ms)
@@ -178,8 +212,13 @@ def verify_path(
     now_ms: int | None = None,
     public_key: Ed25519PublicKey | None = None,
     progress: Progress | None = None,
+    anchors: list[Anchor] | None = None,
+    seal_key: Ed25519PublicKey | None = None,
+    origin: str | None = None,
 ) -> VerifyReport:
     """Verify a ledger file through a read-only connection (nothing is migrated or written).
+
+    Every check reads one snapshot (a read transaction), so writers may keep working.
 
     Raises CassetteError when the file cannot be verified at all (not a cassette,
     newer schema); a file that is a cassette but cannot be read is a finding.
@@ -195,14 +234,18 @@ def verify_path(
                 f"schema version {version} is newer than this package ({current_version()})",
             )
         now = SystemClock().now_ms() if now_ms is None else now_ms
-        return verify_connection(
-            conn,
-            run_id=run_id,
-            now_ms=now,
-            db_dir=Path(path).resolve().parent,
-            public_key=public_key,
-            progress=progress,
-        )
+        with read_transaction(conn):
+            return verify_connection(
+                conn,
+                run_id=run_id,
+                now_ms=now,
+                db_dir=Path(path).resolve().parent,
+                public_key=public_key,
+                progress=progress,
+                anchors=anchors,
+                seal_key=seal_key,
+                origin=origin,
+            )
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         report = VerifyReport(notes=[UNANCHORED_NOTE])
         report.findings.append(Finding("corrupt", f"the file cannot be read as a ledger: {exc}"))
@@ -306,16 +349,20 @@ def _meta_is_a_cassettes(meta: list[tuple[str, str]]) -> bool:
 # ---------------------------------------------------------------------- 2. chain
 
 
-def _check_chain(conn: sqlite3.Connection, out: _Collector, progress: Progress | None) -> int:
+def _check_chain(
+    conn: sqlite3.Connection, out: _Collector, progress: Progress | None, walk: _TreeWalk
+) -> int:
     """Stream the journal in seq order; each entry is checked against its predecessor only."""
     conn.text_factory = bytes  # hash the stored bytes; a tampered body need not be UTF-8
     try:
-        return _walk_chain(conn, out, progress)
+        return _walk_chain(conn, out, progress, walk)
     finally:
         conn.text_factory = str
 
 
-def _walk_chain(conn: sqlite3.Connection, out: _Collector, progress: Progress | None) -> int:
+def _walk_chain(
+    conn: sqlite3.Connection, out: _Collector, progress: Progress | None, walk: _TreeWalk
+) -> int:
     expected_seq = 0
     read = 0
     prev = ZERO_HASH
@@ -330,7 +377,9 @@ def _walk_chain(conn: sqlite3.Connection, out: _Collector, progress: Progress | 
             out.add(Finding("journal_gap", f"expected seq {expected_seq}, found {seq}", seq=seq))
             expected_seq = seq
         body_bytes = body if isinstance(body, bytes) else str(body).encode("utf-8")
-        if leaf != leaf_hash(body_bytes):
+        recomputed = leaf_hash(body_bytes)
+        walk.add(seq, recomputed)
+        if leaf != recomputed:
             table, key = _body_identity(body)
             out.add(Finding("leaf_hash", "leaf_hash does not match the body", seq, table, key))
         if chain != chain_hash(seq, prev, leaf if isinstance(leaf, bytes) else b""):
@@ -345,6 +394,171 @@ def _walk_chain(conn: sqlite3.Connection, out: _Collector, progress: Progress | 
     if progress is not None and read % PROGRESS_EVERY:
         progress(read % PROGRESS_EVERY)
     return expected_seq
+
+
+class _TreeWalk:
+    """Rebuilds the Merkle tree from the recomputed leaves while the chain is walked.
+
+    Compares every stored node as it completes (the nodes table is read in its key
+    order, which is completion order) and keeps the root at each wanted size. Memory is
+    O(log n) plus one root per wanted size.
+    """
+
+    def __init__(
+        self, conn: sqlite3.Connection, out: _Collector, wanted: set[int], *, stored_nodes: bool
+    ) -> None:
+        self.out = out
+        self.wanted = wanted
+        self.roots: dict[int, bytes] = {}
+        self.range = CompactRange()
+        self._stored = (
+            conn.execute(
+                "SELECT leaf_end, level, hash FROM cassette_tree_nodes ORDER BY leaf_end, level"
+            )
+            if stored_nodes
+            else None
+        )
+        self._next: tuple[int, int, bytes] | None = None
+        self._advance()
+
+    def _advance(self) -> None:
+        row = next(self._stored, None) if self._stored is not None else None
+        self._next = (int(row[0]), int(row[1]), row[2]) if row is not None else None
+
+    def add(self, seq: int, leaf: bytes) -> None:
+        for level, value in self.range.append(leaf):
+            self._compare(seq, level, value)
+        if self.range.size in self.wanted:
+            self.roots[self.range.size] = self.range.root()
+
+    def _compare(self, leaf_end: int, level: int, value: bytes) -> None:
+        if self._stored is None:
+            return
+        while self._next is not None and self._next[:2] < (leaf_end, level):
+            self._extra(*self._next)
+            self._advance()
+        if self._next is None or self._next[:2] != (leaf_end, level):
+            self.out.add(
+                Finding(
+                    "tree_node",
+                    f"the stored tree has no node at level {level} ending at entry {leaf_end}",
+                    leaf_end,
+                    "cassette_tree_nodes",
+                    [leaf_end, level],
+                )
+            )
+            return
+        if self._next[2] != value:
+            self.out.add(
+                Finding(
+                    "tree_node",
+                    f"the stored node at level {level} ending at entry {leaf_end} is not the"
+                    " hash of the journal's leaves",
+                    leaf_end,
+                    "cassette_tree_nodes",
+                    [leaf_end, level],
+                )
+            )
+        self._advance()
+
+    def _extra(self, leaf_end: int, level: int, _hash: bytes) -> None:
+        self.out.add(
+            Finding(
+                "tree_node",
+                f"the stored tree has a node at level {level} ending at entry {leaf_end}"
+                " that the journal does not complete",
+                leaf_end,
+                "cassette_tree_nodes",
+                [leaf_end, level],
+            )
+        )
+
+    def finish(self) -> None:
+        while self._next is not None:
+            self._extra(*self._next)
+            self._advance()
+
+
+def _recorded_seals(conn: sqlite3.Connection) -> list[tuple[int, int, str, str]]:
+    rows = conn.execute(
+        "SELECT seal_id, tree_size, root_hex, note FROM cassette_seals ORDER BY seal_id"
+    ).fetchall()
+    return [(int(a), int(b), str(c), str(d)) for a, b, c, d in rows]
+
+
+def _check_recorded_seals(
+    out: _Collector,
+    recorded: list[tuple[int, int, str, str]],
+    roots: dict[int, bytes],
+    journal_size: int,
+    seal_key: Ed25519PublicKey | None,
+    origin: str | None,
+) -> None:
+    """Every seal recorded in the ledger matches the recomputed root of its size and
+    its own note; with a pinned key and origin, its signature too."""
+    from .note import Checkpoint, NoteError, open_note, parse_note
+
+    for seal_id, size, root_hex, note in recorded:
+        problem = None
+        if size > journal_size:
+            problem = f"sealed size {size} is beyond the journal's {journal_size} entries"
+        elif roots.get(size, b"").hex() != root_hex:
+            problem = f"sealed root is not the recomputed root of the first {size} entries"
+        else:
+            try:
+                text = parse_note(note.encode("utf-8")).text
+                if seal_key is not None and origin is not None:
+                    text = open_note(note.encode("utf-8"), origin, seal_key)
+                checkpoint = Checkpoint.from_text(text)
+                if (checkpoint.size, checkpoint.root.hex()) != (size, root_hex):
+                    problem = "the seal's note does not match its size and root"
+            except NoteError as error:
+                if error.kind != "unknown_key":  # sealed under another key or origin
+                    problem = f"the seal's note does not verify: {error.message}"
+        if problem is not None:
+            out.add(Finding("seal_mismatch", problem, None, "cassette_seals", seal_id))
+
+
+def _judge_anchors(
+    conn: sqlite3.Connection,
+    report: VerifyReport,
+    out: _Collector,
+    anchors: list[Anchor],
+    roots: dict[int, bytes],
+) -> None:
+    def journal_entry(seq: int) -> tuple[str | None, bytes | None]:
+        row = conn.execute(
+            "SELECT body, leaf_hash FROM cassette_journal WHERE seq = ?", (seq,)
+        ).fetchone()
+        return (str(row[0]), bytes(row[1])) if row else (None, None)
+
+    judge(anchors, roots, report.journal_rows, journal_entry)
+    for anchor in anchors:
+        report.anchors.append(anchor.to_dict())
+        if anchor.status == "holds":
+            continue
+        severity = "unverifiable" if anchor.status in UNVERIFIABLE_KINDS else "error"
+        size = anchor.checkpoint.size if anchor.checkpoint else None
+        finding = Finding(anchor.status, f"{anchor.path}: {anchor.detail}", size, None, None)
+        finding.severity = severity
+        out.add(finding)
+        if anchor.evidence:
+            report.anchors[-1]["evidence"] = anchor.evidence
+    holding = [a.checkpoint for a in anchors if a.status == "holds" and a.checkpoint]
+    if holding:
+        newest = max(holding, key=lambda cp: cp.size)
+        after = report.journal_rows - newest.size
+        report.anchored = {
+            "newest_holding_size": newest.size,
+            "newest_holding_root": newest.root.hex(),
+            "entries_after_anchor": after,
+        }
+        report.notes.append(
+            f"{after} journal entries after the newest anchor (size {newest.size}) are"
+            " protected only by the local chain"
+        )
+    else:
+        report.notes.append("no anchor holds: " + UNANCHORED_NOTE)
 
 
 def _body_identity(body: Any) -> tuple[str | None, Any]:

@@ -1,0 +1,162 @@
+"""Backups that cannot lie: an online snapshot, verified, sealed beside it; a restore
+that refuses a copy which fails verify or does not match its seal exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .anchor import load_anchors
+from .connection import connect, connect_readonly
+from .errors import CassetteError, ErrorCode
+from .seals import check_origin, default_origin, record_seal, write_seal_file
+from .verify import VerifyReport, verify_path
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+
+    from .clock import Clock
+
+SEAL_BESIDE = ".seal"
+
+
+def seal_path_for(backup: str | os.PathLike[str]) -> Path:
+    return Path(os.fspath(backup) + SEAL_BESIDE)
+
+
+def _refuse_existing(path: Path) -> None:
+    for candidate in (path, Path(f"{path}-wal"), seal_path_for(path)):
+        if candidate.exists():
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT, f"{candidate} exists; a backup never overwrites"
+            )
+    if not path.parent.is_dir():
+        raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {path.parent}")
+
+
+def _copy(source: sqlite3.Connection, dest: Path) -> None:
+    """SQLite's online backup in one step (one read snapshot; writers keep going in WAL),
+    into a file that is complete on its own (rollback journal, not WAL)."""
+    partial = dest.with_name(dest.name + ".partial")
+    partial.unlink(missing_ok=True)
+    target = sqlite3.connect(partial, isolation_level=None)
+    try:
+        source.backup(target)
+        target.execute("PRAGMA journal_mode = DELETE").fetchall()
+    finally:
+        target.close()
+    with partial.open("rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(partial, dest)
+
+
+def _failed(report: VerifyReport, what: str) -> CassetteError:
+    kinds = sorted({f.kind for f in report.findings if f.severity != "warning"})
+    return CassetteError(
+        ErrorCode.VERIFY_FAILED,
+        f"{what}: {', '.join(kinds) or 'verify did not pass'}",
+        findings=[f.__dict__ for f in report.findings[:20]],
+    )
+
+
+def backup(
+    source_path: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    private_key: Ed25519PrivateKey,
+    *,
+    origin: str | None = None,
+    clock: Clock | None = None,
+) -> dict[str, Any]:
+    """Snapshot ``source_path`` to ``dest``, verify the copy, seal it, write DEST.seal.
+
+    The seal is recorded in the source ledger (the copy stays byte-for-byte the
+    snapshot) and checked against the copy before this returns. On any failure the
+    copy and its seal are removed.
+    """
+    from .clock import SystemClock
+
+    target = Path(dest)
+    _refuse_existing(target)
+    clock = clock or SystemClock()
+    source = connect(source_path, clock=clock)
+    seal_file = seal_path_for(target)
+    try:
+        chosen = check_origin(origin if origin is not None else default_origin(source))
+        _copy(source, target)
+        report = verify_path(str(target))
+        if not report.ok:
+            raise _failed(report, "the copy does not verify")
+        seal = record_seal(
+            source, private_key, now_ms=clock.now_ms(), origin=chosen, size=report.journal_rows
+        )
+        write_seal_file(seal, seal_file)
+        anchored = verify_path(
+            str(target),
+            anchors=load_anchors(seal_file),
+            seal_key=private_key.public_key(),
+            origin=chosen,
+        )
+        if not anchored.ok or anchored.unverifiable:
+            raise _failed(anchored, "the copy does not match its seal")
+    except BaseException:
+        target.unlink(missing_ok=True)
+        seal_file.unlink(missing_ok=True)
+        raise
+    finally:
+        source.close()
+    return {
+        "backup": str(target),
+        "seal": str(seal_file),
+        "entries": report.journal_rows,
+        "root": seal.root.hex(),
+        "origin": chosen,
+    }
+
+
+def restore(
+    source: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    public_key: Ed25519PublicKey,
+    origin: str,
+    *,
+    seal: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Copy a backup to ``dest`` only if it verifies and is exactly what its seal signed:
+    the pinned key signed it, under the pinned origin, at the backup's full size."""
+    backup_path = Path(source)
+    if not backup_path.is_file():
+        raise CassetteError(ErrorCode.NOT_FOUND, f"no such backup: {backup_path}")
+    seal_file = Path(seal) if seal is not None else seal_path_for(backup_path)
+    target = Path(dest)
+    if target.exists() or Path(f"{target}-wal").exists():
+        raise CassetteError(
+            ErrorCode.INVALID_ARGUMENT, f"{target} exists; restore never overwrites"
+        )
+    if not target.parent.is_dir():
+        raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {target.parent}")
+    anchors = load_anchors(seal_file)
+    report = verify_path(str(backup_path), anchors=anchors, seal_key=public_key, origin=origin)
+    if report.unverifiable:
+        error = _failed(report, "the backup's seal cannot be checked with this key and origin")
+        error.exit_code = 3
+        raise error
+    if not report.ok:
+        raise _failed(report, "the backup fails verify")
+    sealed = max(a.checkpoint.size for a in anchors if a.checkpoint is not None)
+    if sealed != report.journal_rows:
+        raise CassetteError(
+            ErrorCode.VERIFY_FAILED,
+            f"the backup has {report.journal_rows} entries, its seal {sealed}: it was changed",
+        )
+    reader = connect_readonly(backup_path)
+    try:
+        _copy(reader, target)
+    finally:
+        reader.close()
+    return {"restored": str(target), "entries": report.journal_rows, "origin": origin}

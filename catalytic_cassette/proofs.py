@@ -1,0 +1,206 @@
+"""Portable proofs: an entry's inclusion under a seal (c2sp.org/tlog-proof, with the
+entry's body as its extra data) and the consistency of two seals (RFC 9162 2.1.4).
+
+Building reads the ledger; checking needs only the proof file, the pinned public key
+and origin: no database.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import sqlite3
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from . import merkle
+from .connection import read_transaction
+from .errors import CassetteError, ErrorCode
+from .note import Checkpoint, NoteError, TlogProof, open_note, parse_note
+from .tree import StoredTree
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+CONSISTENCY_FORMAT = "catalytic-cassette/consistency-proof@v1"
+
+
+def _checkpoint_of(note: bytes) -> Checkpoint:
+    return Checkpoint.from_text(parse_note(note).text)
+
+
+def _covering_seal(conn: sqlite3.Connection, seq: int) -> bytes:
+    row = conn.execute(
+        "SELECT note FROM cassette_seals WHERE tree_size > ? ORDER BY seal_id DESC LIMIT 1",
+        (seq,),
+    ).fetchone()
+    if row is None:
+        raise CassetteError(
+            ErrorCode.NOT_FOUND,
+            f"no recorded seal covers entry {seq}: run `cassette seal` first or pass --seal",
+            seq=seq,
+        )
+    return str(row[0]).encode("utf-8")
+
+
+def prove_inclusion(conn: sqlite3.Connection, seq: int, seal_note: bytes | None) -> TlogProof:
+    """The proof that journal entry ``seq`` is in the tree a seal signed.
+
+    Without ``seal_note`` the newest recorded seal that covers the entry is used. The
+    proof is checked against the seal's root before it is returned, so a damaged
+    stored tree or a seal of another ledger is refused here, not by the auditor.
+    """
+    with read_transaction(conn):
+        note = seal_note if seal_note is not None else _covering_seal(conn, seq)
+        checkpoint = _checkpoint_of(note)
+        row = conn.execute(
+            "SELECT body, leaf_hash FROM cassette_journal WHERE seq = ?", (seq,)
+        ).fetchone()
+        if row is None:
+            raise CassetteError(ErrorCode.NOT_FOUND, f"no journal entry {seq}", seq=seq)
+        if not 0 <= seq < checkpoint.size:
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"entry {seq} is not covered by a seal of {checkpoint.size} entries",
+            )
+        body = str(row[0]).encode("utf-8")
+        path = StoredTree(conn).inclusion_proof(seq, checkpoint.size)
+    if not merkle.verify_inclusion(
+        seq, checkpoint.size, merkle.leaf_hash(body), path, checkpoint.root
+    ):
+        raise CassetteError(
+            ErrorCode.SEAL_MISMATCH,
+            "the ledger does not prove this entry under the seal's root: the seal names"
+            " another ledger, or this one changed since (run cassette verify --against)",
+            seq=seq,
+        )
+    return TlogProof(seq, tuple(path), note, body)
+
+
+def receipt_entry(conn: sqlite3.Connection, receipt_id: int) -> int:
+    """The journal seq of the entry that committed a receipt."""
+    row = conn.execute(
+        "SELECT min(seq) FROM cassette_journal WHERE tbl = 'cassette_receipts' AND row_key = ?",
+        (receipt_id,),
+    ).fetchone()
+    if row is None or row[0] is None:
+        raise CassetteError(ErrorCode.NOT_FOUND, f"no receipt {receipt_id}", receipt_id=receipt_id)
+    return int(row[0])
+
+
+@dataclass(frozen=True)
+class ProofCheck:
+    ok: bool
+    kind: str  # "inclusion" or "consistency"
+    problem: str | None  # bad_signature, unknown_key, malformed, wrong_origin, bad_proof
+    detail: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "kind": self.kind, "problem": self.problem, **self.detail}
+
+
+class _WrongOrigin(Exception):
+    pass
+
+
+def _open_checkpoint(note: bytes, origin: str, key: Ed25519PublicKey) -> Checkpoint:
+    checkpoint = Checkpoint.from_text(open_note(note, origin, key))
+    if checkpoint.origin != origin:
+        raise _WrongOrigin(f"the seal names origin {checkpoint.origin!r}, not {origin!r}")
+    return checkpoint
+
+
+def check_proof_file(data: bytes, origin: str, key: Ed25519PublicKey) -> ProofCheck:
+    """Check an inclusion or consistency proof offline, under the pinned origin and key."""
+    kind = "consistency" if data.lstrip().startswith(b"{") else "inclusion"
+    try:
+        if kind == "inclusion":
+            return _check_inclusion(data, origin, key)
+        return _check_consistency(data, origin, key)
+    except NoteError as error:
+        return ProofCheck(False, kind, error.kind, {"message": error.message})
+    except _WrongOrigin as error:
+        return ProofCheck(False, kind, "wrong_origin", {"message": str(error)})
+
+
+def _check_inclusion(data: bytes, origin: str, key: Ed25519PublicKey) -> ProofCheck:
+    proof = TlogProof.from_bytes(data)
+    checkpoint = _open_checkpoint(proof.checkpoint, origin, key)
+    detail: dict[str, Any] = {
+        "index": proof.index,
+        "size": checkpoint.size,
+        "root": checkpoint.root.hex(),
+        "origin": checkpoint.origin,
+    }
+    if proof.extra is None:
+        return ProofCheck(False, "inclusion", "malformed", {**detail, "message": "no entry body"})
+    ok = merkle.verify_inclusion(
+        proof.index, checkpoint.size, merkle.leaf_hash(proof.extra), proof.path, checkpoint.root
+    )
+    detail["entry"] = proof.extra.decode("utf-8", "replace")
+    return ProofCheck(ok, "inclusion", None if ok else "bad_proof", detail)
+
+
+def prove_consistency(
+    conn: sqlite3.Connection, old_note: bytes, new_note: bytes | None
+) -> dict[str, Any]:
+    """RFC 9162 consistency from an old seal to a newer one, or to the current head
+    (then the new root is the ledger's own, unsigned)."""
+    old = _checkpoint_of(old_note)
+    with read_transaction(conn):
+        stored = StoredTree(conn)
+        if new_note is not None:
+            new = _checkpoint_of(new_note)
+            new_size, new_root = new.size, new.root
+        else:
+            new_size = stored.size()
+            new_root = stored.root(new_size)
+        proof = stored.consistency_proof(old.size, new_size)
+    if not merkle.verify_consistency(old.size, new_size, old.root, new_root, proof):
+        raise CassetteError(
+            ErrorCode.SEAL_MISMATCH,
+            "the ledger does not prove the old seal consistent with the new head",
+            old_size=old.size,
+            new_size=new_size,
+        )
+    return {
+        "format": CONSISTENCY_FORMAT,
+        "old_size": old.size,
+        "new_size": new_size,
+        "old_root": old.root.hex(),
+        "new_root": new_root.hex(),
+        "proof": [base64.b64encode(h).decode("ascii") for h in proof],
+        "old_seal": old_note.decode("utf-8"),
+        "new_seal": new_note.decode("utf-8") if new_note is not None else None,
+    }
+
+
+def _check_consistency(data: bytes, origin: str, key: Ed25519PublicKey) -> ProofCheck:
+    try:
+        doc = orjson.loads(data)
+        if doc.get("format") != CONSISTENCY_FORMAT:
+            raise ValueError("unknown format")
+        proof = [base64.b64decode(h, validate=True) for h in doc["proof"]]
+        old_note = str(doc["old_seal"]).encode("utf-8")
+        new_note = doc["new_seal"]
+        new_size, new_root = int(doc["new_size"]), bytes.fromhex(doc["new_root"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, binascii.Error) as exc:
+        return ProofCheck(False, "consistency", "malformed", {"message": str(exc)})
+    old = _open_checkpoint(old_note, origin, key)
+    signed_new = new_note is not None
+    if signed_new:
+        new = _open_checkpoint(str(new_note).encode("utf-8"), origin, key)
+        if (new.size, new.root) != (new_size, new_root):
+            return ProofCheck(
+                False, "consistency", "malformed", {"message": "new seal and new head differ"}
+            )
+    ok = merkle.verify_consistency(old.size, new_size, old.root, new_root, proof)
+    detail = {
+        "old_size": old.size,
+        "new_size": new_size,
+        "new_head_signed": signed_new,
+        "origin": old.origin,
+    }
+    return ProofCheck(ok, "consistency", None if ok else "bad_proof", detail)

@@ -1,0 +1,207 @@
+"""Seals: signed checkpoints of the journal's Merkle tree, recorded in the ledger and
+written to files kept elsewhere (LAW.md, "Seals").
+
+A seal of size n is a c2sp.org/tlog-checkpoint (origin, n, root of the first n entries)
+in a c2sp.org/signed-note, signed with Ed25519 under the key name equal to the origin.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import tree
+from .connection import write_transaction
+from .errors import CassetteError, ErrorCode
+from .note import Checkpoint, sign_note
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+ORIGIN_PREFIX = "catalytic-cassette/ledger/"
+SEAL_SUFFIX = ".seal"
+_ORIGIN = re.compile(r"[^\s+]{1,200}")
+_UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True)
+class Seal:
+    seal_id: int
+    tree_size: int
+    root: bytes
+    origin: str
+    key_id: str
+    note: bytes
+    created_at: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seal_id": self.seal_id,
+            "tree_size": self.tree_size,
+            "root": self.root.hex(),
+            "origin": self.origin,
+            "key_id": self.key_id,
+            "note": self.note.decode("utf-8"),
+            "created_at": self.created_at,
+        }
+
+    def file_name(self) -> str:
+        return f"{_UNSAFE_IN_NAME.sub('_', self.origin)}-{self.tree_size:020d}{SEAL_SUFFIX}"
+
+
+def check_origin(origin: str) -> str:
+    """An origin doubles as the signing key's name: 1-200 characters, no space or '+'."""
+    if not _ORIGIN.fullmatch(origin):
+        raise CassetteError(
+            ErrorCode.INVALID_SEAL,
+            "an origin is 1-200 characters without whitespace or '+'",
+            origin=origin,
+        )
+    return origin
+
+
+def default_origin(conn: sqlite3.Connection) -> str:
+    """``catalytic-cassette/ledger/<ledger_id>``: what this ledger calls itself."""
+    row = conn.execute("SELECT value FROM cassette_meta WHERE key = 'ledger_id'").fetchone()
+    if row is None:
+        raise CassetteError(ErrorCode.NOT_A_CASSETTE, "the ledger has no ledger_id")
+    return ORIGIN_PREFIX + str(row[0])
+
+
+def record_seal(
+    conn: sqlite3.Connection,
+    private_key: Ed25519PrivateKey,
+    *,
+    now_ms: int,
+    origin: str | None,
+    size: int | None = None,
+) -> Seal:
+    """Sign the head (or the first ``size`` entries) and record it, in one transaction.
+
+    The seal covers the entries before its own journal entry. The database checks
+    that the sealed root is the root of the stored tree at that size.
+    """
+    from .note import ed25519_key_id
+
+    with write_transaction(conn):
+        chosen = check_origin(origin if origin is not None else default_origin(conn))
+        have = tree.size(conn)
+        size = have if size is None else size
+        if size == 0:
+            raise CassetteError(ErrorCode.INVALID_SEAL, "the ledger is empty: nothing to seal")
+        if not 0 < size <= have:
+            raise CassetteError(
+                ErrorCode.INVALID_SEAL, f"cannot seal {size} entries of a ledger of {have}"
+            )
+        root = tree.StoredTree(conn).root(size)
+        note = sign_note(Checkpoint(chosen, size, root).to_text(), chosen, private_key)
+        key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
+        seal_id = int(
+            conn.execute("SELECT coalesce(max(seal_id), 0) + 1 FROM cassette_seals").fetchone()[0]
+        )
+        conn.execute(
+            "INSERT INTO cassette_seals (seal_id, tree_size, root_hex, origin, key_id, note,"
+            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (seal_id, size, root.hex(), chosen, key_id, note.decode("utf-8"), now_ms),
+        )
+    return Seal(seal_id, size, root, chosen, key_id, note, now_ms)
+
+
+def latest_seal(conn: sqlite3.Connection) -> Seal | None:
+    row = conn.execute(
+        "SELECT seal_id, tree_size, root_hex, origin, key_id, note, created_at"
+        " FROM cassette_seals ORDER BY seal_id DESC LIMIT 1"
+    ).fetchone()
+    if row is None:
+        return None
+    return Seal(
+        int(row[0]),
+        int(row[1]),
+        bytes.fromhex(row[2]),
+        str(row[3]),
+        str(row[4]),
+        str(row[5]).encode("utf-8"),
+        int(row[6]),
+    )
+
+
+def write_seal_file(seal: Seal, out: str | os.PathLike[str]) -> Path:
+    """Write the seal's note to ``out`` (a file, or a directory to put it in).
+
+    Never overwrites a different seal: the same seal again is a no-op (Ed25519
+    signatures are deterministic), anything else at the path is refused.
+    """
+    target = Path(out)
+    if target.is_dir():
+        target = target / seal.file_name()
+    if target.exists():
+        if target.read_bytes() == seal.note:
+            return target
+        raise CassetteError(
+            ErrorCode.INVALID_ARGUMENT, f"{target} exists and holds another seal; not overwritten"
+        )
+    if not target.parent.is_dir():
+        raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {target.parent}")
+    partial = target.with_name(target.name + ".partial")
+    with partial.open("wb") as handle:
+        handle.write(seal.note)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, target)
+    return target
+
+
+class AutoSeal:
+    """Seal every ``every`` journal entries, and on close, into ``directory``.
+
+    A seal never seals only the previous seal's own journal entry, so closing right
+    after an automatic seal writes nothing new.
+    """
+
+    def __init__(
+        self,
+        key: Ed25519PrivateKey | str | os.PathLike[str],
+        directory: str | os.PathLike[str],
+        *,
+        every: int = 10_000,
+        origin: str | None = None,
+    ) -> None:
+        from .signing import load_private
+
+        if every < 1:
+            raise CassetteError(ErrorCode.INVALID_ARGUMENT, "seal every N entries needs N >= 1")
+        self.key = load_private(key) if isinstance(key, (str, os.PathLike)) else key
+        self.directory = Path(directory)
+        if not self.directory.is_dir():
+            raise CassetteError(
+                ErrorCode.CANNOT_OPEN, f"seal directory does not exist: {self.directory}"
+            )
+        self.every = every
+        self.origin = origin
+        self._sealed: int | None = None  # journal size when the last seal was recorded
+
+    def _last_sealed(self, conn: sqlite3.Connection) -> int:
+        if self._sealed is None:
+            last = latest_seal(conn)
+            self._sealed = 0 if last is None else last.tree_size + 1
+        return self._sealed
+
+    def after_write(self, conn: sqlite3.Connection, now_ms: int) -> Seal | None:
+        if tree.size(conn) - self._last_sealed(conn) < self.every:
+            return None
+        return self.seal(conn, now_ms)
+
+    def at_close(self, conn: sqlite3.Connection, now_ms: int) -> Seal | None:
+        if tree.size(conn) <= self._last_sealed(conn):
+            return None
+        return self.seal(conn, now_ms)
+
+    def seal(self, conn: sqlite3.Connection, now_ms: int) -> Seal:
+        seal = record_seal(conn, self.key, now_ms=now_ms, origin=self.origin)
+        self._sealed = seal.tree_size + 1
+        write_seal_file(seal, self.directory)
+        return seal
