@@ -9,9 +9,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from catalytic_cassette import CassetteError, ManualClock, MessageCassette
 from catalytic_cassette.chain import CausalChain
+from catalytic_cassette.seals import record_seal
 from catalytic_cassette.verify import LEDGER_TABLES, VerifyReport, verify_path
 
 from .conftest import dump
@@ -57,7 +59,10 @@ def _build(path: Path) -> None:
                 }
             )
         chain.save_checkpoint("p", {"cursor": 1})
+        key = Ed25519PrivateKey.generate()
+        record_seal(chain.conn, key, now_ms=clock.now_ms(), origin=None)
         chain.save_checkpoint("p", {"cursor": 2})
+        record_seal(chain.conn, key, now_ms=clock.now_ms(), origin=None)
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +152,7 @@ _FORGERIES = {
     "cassette_releases": "fencing_token = fencing_token + 100",
     "cassette_actions": "action_seq = action_seq + 1000",
     "cassette_checkpoints": "checkpoint_seq = checkpoint_seq + 1000",
+    "cassette_seals": "created_at = created_at + 1",
 }
 _FORGED_TEXT_KEYS = {
     "cassette_actions": "00000000-0000-4000-8000-000000000000",
