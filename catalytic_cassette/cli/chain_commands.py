@@ -20,7 +20,12 @@ def open_chain(ctx: click.Context, signing_key: str | None = None) -> CausalChai
 
     settings = ctx.find_object(Settings)
     assert settings is not None
-    chain = CausalChain(settings.db, durability=settings.durability, signing_key=signing_key)
+    chain = CausalChain(
+        settings.db,
+        durability=settings.durability,
+        signing_key=signing_key,
+        auto_seal=settings.auto_seal(),
+    )
     ctx.call_on_close(chain.close)
     return chain
 

@@ -14,6 +14,7 @@ from .boundary import EXIT_CANNOT_VERIFY, CassetteGroup, emit
 
 if TYPE_CHECKING:
     from ..cassette import MessageCassette
+    from ..seals import AutoSeal
 
 
 def _open(ctx: click.Context) -> MessageCassette:
@@ -21,15 +22,34 @@ def _open(ctx: click.Context) -> MessageCassette:
 
     settings = ctx.find_object(Settings)
     assert settings is not None
-    cassette = MessageCassette(settings.db, durability=settings.durability)
+    cassette = MessageCassette(
+        settings.db, durability=settings.durability, auto_seal=settings.auto_seal()
+    )
     ctx.call_on_close(cassette.close)
     return cassette
 
 
 class Settings:
-    def __init__(self, db: str, durability: str | None) -> None:
+    def __init__(
+        self,
+        db: str,
+        durability: str | None,
+        seal_dir: str | None = None,
+        seal_key: str | None = None,
+        seal_every: int = 10_000,
+    ) -> None:
         self.db = db
         self.durability = durability
+        self.seal_dir = seal_dir
+        self.seal_key = seal_key
+        self.seal_every = seal_every
+
+    def auto_seal(self) -> AutoSeal | None:
+        if self.seal_dir is None or self.seal_key is None:
+            return None
+        from ..seals import AutoSeal
+
+        return AutoSeal(self.seal_key, self.seal_dir, every=self.seal_every)
 
 
 def _read_object(stream: IO[bytes], what: str) -> dict[str, Any]:
@@ -77,15 +97,44 @@ def _parse_ttl(value: str) -> float:
     default=None,
     help="full (default): survives power loss. normal: survives crashes (env CASSETTE_DURABILITY).",
 )
+@click.option(
+    "--seal-dir",
+    envvar="CASSETTE_SEAL_DIR",
+    default=None,
+    help="Seal automatically into this directory (env CASSETTE_SEAL_DIR); needs --seal-key.",
+)
+@click.option(
+    "--seal-key",
+    envvar="CASSETTE_SEAL_KEY",
+    default=None,
+    help="Private key for automatic seals (env CASSETTE_SEAL_KEY).",
+)
+@click.option(
+    "--seal-every",
+    envvar="CASSETTE_SEAL_EVERY",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Automatic seals: every N journal entries, and when a command ends.",
+)
 @click.version_option(package_name="catalytic-cassette")
 @click.pass_context
-def cli(ctx: click.Context, db: str, durability: str | None) -> None:
+def cli(
+    ctx: click.Context,
+    db: str,
+    durability: str | None,
+    seal_dir: str | None,
+    seal_key: str | None,
+    seal_every: int,
+) -> None:
     """A DB-first, tamper-evident execution ledger on SQLite.
 
     Results are JSON on stdout. A refusal exits 1 with one line on stderr
     holding its stable code; usage errors exit 2.
     """
-    ctx.obj = Settings(db, durability)
+    if (seal_dir is None) != (seal_key is None):
+        raise click.UsageError("automatic sealing needs both --seal-dir and --seal-key")
+    ctx.obj = Settings(db, durability, seal_dir, seal_key, seal_every)
 
 
 @cli.command()
@@ -215,27 +264,68 @@ def status(ctx: click.Context, run_id: str) -> None:
     "--run-id", default=None, help="Limit the row checks to one run (the chain is always whole)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-@click.option("--public-key", default=None, help="Check every action's signature against this key.")
+@click.option(
+    "--against",
+    default=None,
+    help="A seal file, or a directory of *.seal files, kept outside the ledger.",
+)
+@click.option(
+    "--public-key",
+    default=None,
+    help="Ed25519 public key (PEM). With --against it pins the seals' signer; without,"
+    " every action's signature is checked against it.",
+)
+@click.option("--origin", default=None, help="With --against: the origin the seals must name.")
+@click.option(
+    "--action-key",
+    default=None,
+    help="Check every action's signature against this public key (with or without --against).",
+)
 @click.pass_context
-def verify(ctx: click.Context, run_id: str | None, as_json: bool, public_key: str | None) -> None:
+def verify(
+    ctx: click.Context,
+    run_id: str | None,
+    as_json: bool,
+    against: str | None,
+    public_key: str | None,
+    origin: str | None,
+    action_key: str | None,
+) -> None:
     """Check the whole ledger. Exit 0 intact, 1 tampered or inconsistent, 3 cannot verify.
 
     Findings print one per line (kind, seq, table[key], detail); PASS or FAIL goes
-    to stderr. A progress bar shows on a terminal for long journals.
+    to stderr. A progress bar shows on a terminal for long journals. With --against,
+    the ledger is also checked against every seal (--public-key and --origin pin who
+    signed them and which ledger they name; neither is ever taken from the ledger).
     """
     from ..errors import CassetteError
     from ..verify import verify_path
 
     settings = ctx.find_object(Settings)
     assert settings is not None
+    if against is not None and (public_key is None or origin is None):
+        raise click.UsageError("--against needs --public-key and --origin to pin the seals")
     try:
-        key = None
-        if public_key is not None:
-            from ..signing import load_public
+        from ..signing import load_public
 
-            key = load_public(public_key)
+        seal_key = load_public(public_key) if against and public_key else None
+        actions_by = action_key or (public_key if against is None else None)
+        key = load_public(actions_by) if actions_by is not None else None
+        anchors = None
+        if against is not None:
+            from ..anchor import load_anchors
+
+            anchors = load_anchors(against)
         with _progress(settings.db) as progress:
-            report = verify_path(settings.db, run_id=run_id, public_key=key, progress=progress)
+            report = verify_path(
+                settings.db,
+                run_id=run_id,
+                public_key=key,
+                progress=progress,
+                anchors=anchors,
+                seal_key=seal_key,
+                origin=origin,
+            )
     except CassetteError as error:
         error.exit_code = EXIT_CANNOT_VERIFY
         raise
@@ -246,15 +336,21 @@ def verify(ctx: click.Context, run_id: str | None, as_json: bool, public_key: st
             where = f" seq={finding.seq}" if finding.seq is not None else ""
             row = f" {finding.table}[{finding.key}]" if finding.table else ""
             click.echo(f"{finding.severity}: {finding.kind}{where}{row}: {finding.detail}")
+        for anchor in report.anchors:
+            click.echo(f"anchor: {anchor['status']} size={anchor['size']} {anchor['path']}")
+            if "evidence" in anchor:
+                import orjson
+
+                click.echo("evidence: " + orjson.dumps(anchor["evidence"]).decode("utf-8"))
         for note in report.notes:
             click.echo(f"note: {note}")
-    if report.ok:
-        click.echo(
-            f"PASS: All invariants verified ({report.journal_rows} journal entries)", err=True
-        )
-    else:
+    if not report.ok:
         click.echo(f"FAIL: {len(report.errors)} issue(s) found", err=True)
         ctx.exit(1)
+    if report.unverifiable:
+        click.echo("CANNOT VERIFY: an anchor could not be checked (see findings)", err=True)
+        ctx.exit(EXIT_CANNOT_VERIFY)
+    click.echo(f"PASS: All invariants verified ({report.journal_rows} journal entries)", err=True)
 
 
 @contextmanager
