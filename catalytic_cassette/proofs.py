@@ -177,18 +177,44 @@ def prove_consistency(
     }
 
 
+def _canonical_base64(text: object) -> bytes:
+    if not isinstance(text, str):
+        raise ValueError("a proof hash is a base64 string")
+    decoded = base64.b64decode(text, validate=True)
+    if base64.b64encode(decoded).decode("ascii") != text:
+        raise ValueError(f"not canonical base64: {text!r}")
+    return decoded
+
+
+def _canonical_hex(text: object) -> bytes:
+    if not isinstance(text, str) or len(text) != 64 or text != text.lower():
+        raise ValueError(f"a root is 64 lowercase hex digits, not {text!r}")
+    return bytes.fromhex(text)
+
+
+def _canonical_size(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"a size is a non-negative integer, not {value!r}")
+    return value
+
+
 def _check_consistency(data: bytes, origin: str, key: Ed25519PublicKey) -> ProofCheck:
     try:
         doc = orjson.loads(data)
-        if doc.get("format") != CONSISTENCY_FORMAT:
+        if not isinstance(doc, dict) or doc.get("format") != CONSISTENCY_FORMAT:
             raise ValueError("unknown format")
-        proof = [base64.b64decode(h, validate=True) for h in doc["proof"]]
+        proof = [_canonical_base64(h) for h in doc["proof"]]
         old_note = str(doc["old_seal"]).encode("utf-8")
         new_note = doc["new_seal"]
-        new_size, new_root = int(doc["new_size"]), bytes.fromhex(doc["new_root"])
+        old_size, old_root = _canonical_size(doc["old_size"]), _canonical_hex(doc["old_root"])
+        new_size, new_root = _canonical_size(doc["new_size"]), _canonical_hex(doc["new_root"])
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, binascii.Error) as exc:
         return ProofCheck(False, "consistency", "malformed", {"message": str(exc)})
     old = _open_checkpoint(old_note, origin, key)
+    if (old.size, old.root) != (old_size, old_root):
+        return ProofCheck(
+            False, "consistency", "malformed", {"message": "old seal and old head differ"}
+        )
     signed_new = new_note is not None
     if signed_new:
         new = _open_checkpoint(str(new_note).encode("utf-8"), origin, key)

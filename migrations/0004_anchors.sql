@@ -114,22 +114,21 @@ BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_seals rows cannot be updated');
 CREATE TRIGGER cassette_seals_no_delete BEFORE DELETE ON cassette_seals
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_seals rows cannot be deleted'); END;
 
+-- The sealed root must be the root of the ledger's first tree_size entries. The root
+-- of n leaves folds the complete subtrees of n's binary digits, smallest first: for
+-- bit b, the subtree of 2^b leaves ending at leaf ((n >> (b + 1)) << (b + 1)) + 2^b - 1.
+-- Calls cassette_node_hash, so only a package connection records seals. One trigger, so
+-- the checks run in this order (SQLite fires the newest BEFORE trigger first).
 CREATE TRIGGER cassette_seals_insert_guard BEFORE INSERT ON cassette_seals
 BEGIN
     SELECT RAISE(ABORT, 'APPEND_ONLY: a seal with this seal_id exists')
     WHERE EXISTS (SELECT 1 FROM cassette_seals WHERE seal_id = NEW.seal_id);
     SELECT RAISE(ABORT, 'OUT_OF_ORDER: a seal_id must be larger than every existing one')
     WHERE EXISTS (SELECT 1 FROM cassette_seals WHERE seal_id > NEW.seal_id);
+    SELECT RAISE(ABORT, 'INVALID_SEAL: a seal covers at least one entry')
+    WHERE typeof(NEW.tree_size) IS NOT 'integer' OR NEW.tree_size < 1;
     SELECT RAISE(ABORT, 'INVALID_SEAL: a seal covers at most the entries the journal has')
     WHERE NEW.tree_size > coalesce((SELECT max(seq) + 1 FROM cassette_journal), 0);
-END;
-
--- The sealed root must be the root of the ledger's first tree_size entries. The root
--- of n leaves folds the complete subtrees of n's binary digits, smallest first: for
--- bit b, the subtree of 2^b leaves ending at leaf ((n >> (b + 1)) << (b + 1)) + 2^b - 1.
--- Calls cassette_node_hash, so only a package connection records seals.
-CREATE TRIGGER cassette_seals_root_guard BEFORE INSERT ON cassette_seals
-BEGIN
     SELECT RAISE(ABORT, 'SEAL_MISMATCH: the sealed root is not the ledger''s root at that size')
     WHERE NEW.root_hex IS NOT (
         SELECT lower(hex(acc)) FROM (
