@@ -409,8 +409,8 @@ class _TreeWalk:
     ) -> None:
         self.out = out
         self.wanted = wanted
-        self.roots: dict[int, bytes] = {}
         self.range = CompactRange()
+        self.roots: dict[int, bytes] = {0: self.range.root()} if 0 in wanted else {}
         self._stored = (
             conn.execute(
                 "SELECT leaf_end, level, hash FROM cassette_tree_nodes ORDER BY leaf_end, level"
