@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .anchor import load_anchors
 from .connection import connect, connect_readonly
 from .errors import CassetteError, ErrorCode
-from .seals import check_origin, default_origin, record_seal, write_seal_file
+from .seals import check_origin, default_origin, record_seal, require_ledger, write_seal_file
 from .verify import VerifyReport, verify_path
 
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ def backup(
     """
     from .clock import SystemClock
 
+    require_ledger(source_path)
     target = Path(dest)
     _refuse_existing(target)
     clock = clock or SystemClock()

@@ -111,6 +111,12 @@ def record_seal(
     return Seal(seal_id, size, root, chosen, key_id, note, now_ms)
 
 
+def require_ledger(path: str | os.PathLike[str]) -> None:
+    """Sealing or backing up a file that does not exist must not create it."""
+    if os.fspath(path) != ":memory:" and not Path(path).is_file():
+        raise CassetteError(ErrorCode.NOT_FOUND, f"no such ledger: {os.fspath(path)}")
+
+
 def latest_seal(conn: sqlite3.Connection) -> Seal | None:
     row = conn.execute(
         "SELECT seal_id, tree_size, root_hex, origin, key_id, note, created_at"

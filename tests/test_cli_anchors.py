@@ -162,7 +162,13 @@ def test_refusals_change_nothing(sealed: dict[str, Any]) -> None:
     assert file_digest(db) == before
     missing = sealed["tmp"] / "missing.db"
     assert run(missing, "prove", "inclusion", "0").exit_code == 1
+    assert run(missing, "seal", "--key", str(sealed["key"])).exit_code == 1
+    assert (
+        run(missing, "backup", str(sealed["tmp"] / "b.db"), "--key", str(sealed["key"])).exit_code
+        == 1
+    )
     assert not missing.exists()
+    assert not (sealed["tmp"] / "b.db").exists()
 
 
 def test_backup_and_restore(sealed: dict[str, Any]) -> None:

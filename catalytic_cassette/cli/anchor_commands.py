@@ -68,11 +68,12 @@ def seal(ctx: click.Context, key_path: str, out: str | None, origin: str | None)
     then detects any rewrite of the first sealed entries.
     """
     from ..cassette import MessageCassette
-    from ..seals import record_seal, write_seal_file
+    from ..seals import record_seal, require_ledger, write_seal_file
     from ..signing import load_private
 
     settings = ctx.find_object(Settings)
     assert settings is not None
+    require_ledger(settings.db)
     key = load_private(key_path)  # before opening: a bad key changes nothing
     with MessageCassette(settings.db, durability=settings.durability) as cassette:
         sealed = record_seal(cassette.conn, key, now_ms=cassette.now_ms(), origin=origin)
