@@ -42,6 +42,9 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench import checkpoint, file_bytes, out, rate_line, ratio  # the shared timing helpers
 
 from catalytic_cassette import MessageCassette
 from catalytic_cassette.chain import CausalChain
@@ -105,16 +108,6 @@ class Report:
         return f"(target {op} {limit:.2f}: {'met' if met else 'MISSED'})"
 
 
-def out(text: str = "") -> None:
-    print(text, flush=True)
-
-
-def rate_line(samples: list[float], unit: str = "/s") -> str:
-    return (
-        f"{statistics.median(samples):,.0f}{unit} (range {min(samples):,.0f}-{max(samples):,.0f})"
-    )
-
-
 def duration(seconds: float) -> str:
     if seconds < 1e-3:
         return f"{seconds * 1e6:,.0f} us"
@@ -130,10 +123,6 @@ def time_line(samples: list[float]) -> str:
     )
 
 
-def ratio(samples: Samples, a: str, b: str) -> float:
-    return statistics.median(samples[a]) / statistics.median(samples[b])
-
-
 def interleave(contenders: dict[str, Callable[[], float]], reps: int) -> Samples:
     """Every contender once per repetition; the order alternates (A B, B A, ...) so that
     neither side always runs first after the other's writes."""
@@ -143,25 +132,6 @@ def interleave(contenders: dict[str, Callable[[], float]], reps: int) -> Samples
         for name in names if rep % 2 == 0 else names[::-1]:
             results[name].append(contenders[name]())
     return results
-
-
-def checkpoint(path: Path) -> None:
-    """After every writer closed: fold the WAL into the file and truncate it."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    finally:
-        conn.close()
-    if busy:
-        raise RuntimeError(f"checkpoint of {path} was blocked")
-
-
-def file_bytes(path: Path) -> int:
-    return sum(
-        Path(f"{path}{suffix}").stat().st_size
-        for suffix in ("", "-wal")
-        if Path(f"{path}{suffix}").exists()
-    )
 
 
 def count(path: Path, table: str) -> int:
