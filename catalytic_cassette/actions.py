@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 import uuid
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import payloads
@@ -91,13 +92,17 @@ class Action:
         return {k: self.metadata[k] for k in REASONING_LINKS if k in self.metadata}
 
 
+FIELD_NAMES = frozenset(f.name for f in fields(Action))
+# What str(uuid.UUID(...)) prints: the only spelling of an action_id the ledger accepts.
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def coerce(value: Action | dict[str, Any]) -> Action:
     """An Action from an Action or a dict with the same field names (unknown keys refused)."""
     if isinstance(value, Action):
         action = value
     elif isinstance(value, dict):
-        known = {f.name for f in fields(Action)}
-        unknown = sorted(set(value) - known)
+        unknown = sorted(value.keys() - FIELD_NAMES)
         if unknown:
             raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"unknown action fields: {unknown}")
         missing = [
@@ -133,12 +138,8 @@ def _validate(action: Action) -> None:
         )
     if not isinstance(action.action_id, str):
         raise CassetteError(ErrorCode.INVALID_ACTION_ID, "action_id must be a UUID string")
-    try:
-        parsed = uuid.UUID(action.action_id)
-    except ValueError:
-        raise CassetteError(ErrorCode.INVALID_ACTION_ID, "action_id must be a UUID") from None
-    if str(parsed) != action.action_id:
-        raise CassetteError(ErrorCode.INVALID_ACTION_ID, "action_id must be a lowercase UUID")
+    if _CANONICAL_UUID.fullmatch(action.action_id) is None:
+        _refuse_action_id(action.action_id)
     for name in _REQUIRED_TEXT + _OPTIONAL_TEXT:
         value = getattr(action, name)
         if value is None and name in _OPTIONAL_TEXT:
@@ -175,6 +176,14 @@ def _validate(action: Action) -> None:
         raise CassetteError(
             ErrorCode.INVALID_DURATION, "duration_ms must be a non-negative integer"
         )
+
+
+def _refuse_action_id(value: str) -> None:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        raise CassetteError(ErrorCode.INVALID_ACTION_ID, "action_id must be a UUID") from None
+    raise CassetteError(ErrorCode.INVALID_ACTION_ID, "action_id must be a lowercase UUID")
 
 
 def cost_micros(cost: float) -> int:
@@ -217,5 +226,13 @@ def from_row(row: tuple[Any, ...], load_artifact: Any) -> Action:
     )
 
 
-def with_ledger_fields(action: Action, *, timestamp: int, metadata: dict[str, Any]) -> Action:
-    return replace(action, timestamp=timestamp, metadata=metadata)
+def with_ledger_fields(action: Action, **ledger_fields: Any) -> Action:
+    """A copy of a validated action with the fields the ledger sets on append.
+
+    ``dataclasses.replace`` would run ``__init__`` and every default factory again; on
+    the append path that was a fifth of the Python time per action.
+    """
+    stored = object.__new__(Action)
+    stored.__dict__.update(action.__dict__)
+    stored.__dict__.update(ledger_fields)
+    return stored

@@ -5,12 +5,20 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import payloads, plans, reasoning
-from .actions import COLUMNS, COST_SCALE, SELECT_COLUMNS, Action, coerce, cost_micros, from_row
+from .actions import (
+    COLUMNS,
+    COST_SCALE,
+    SELECT_COLUMNS,
+    Action,
+    coerce,
+    cost_micros,
+    from_row,
+    with_ledger_fields,
+)
 from .artifacts import DEFAULT_THRESHOLD_BYTES, ArtifactStore, default_root
 from .clock import Clock
 from .connection import DEFAULT_BUSY_TIMEOUT_MS
@@ -116,7 +124,7 @@ class CausalChain(LedgerFile):
                 error.detail["index"] = index
                 raise error from exc
             stored.append(
-                replace(
+                with_ledger_fields(
                     action,
                     cost=row["cost_micros"] / COST_SCALE,
                     timestamp=now,

@@ -43,10 +43,25 @@ class LeafHasher:
         return self._leaf
 
 
-def sql_chain_hash(seq: int | None, prev: bytes | None, leaf: bytes | None) -> bytes | None:
-    if seq is None or prev is None or leaf is None or seq < 0:
-        return None
-    return chain_hash(seq, bytes(prev), bytes(leaf))
+class ChainHasher:
+    """``cassette_chain_hash`` for SQLite, remembering the last link.
+
+    Like the leaf, each new link is computed by the journaling trigger and checked
+    again by the journal guard within one statement.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[int, bytes, bytes] | None = None
+        self._chain = b""
+
+    def __call__(self, seq: int | None, prev: bytes | None, leaf: bytes | None) -> bytes | None:
+        if seq is None or prev is None or leaf is None or seq < 0:
+            return None
+        key = (seq, bytes(prev), bytes(leaf))
+        if key != self._last:
+            self._chain = chain_hash(*key)
+            self._last = key
+        return self._chain
 
 
 class NodeHasher:
