@@ -113,10 +113,13 @@ def connect(
     return conn
 
 
-def connect_readonly(path: str | os.PathLike[str]) -> sqlite3.Connection:
+def connect_readonly(
+    path: str | os.PathLike[str], *, any_thread: bool = False
+) -> sqlite3.Connection:
     """Open an existing SQLite file for reading only: no migration, no TEMP triggers.
 
-    The caller checks what the file holds (``migrate.schema_version``).
+    The caller checks what the file holds (``migrate.schema_version``). ``any_thread``
+    lets another thread use the connection (one thread at a time).
     """
     path = os.fspath(path)
     _check_file(path)
@@ -124,7 +127,9 @@ def connect_readonly(path: str | os.PathLike[str]) -> sqlite3.Connection:
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"no such file: {path}")
     try:
         uri = Path(path).resolve().as_uri() + "?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        conn = sqlite3.connect(
+            uri, uri=True, isolation_level=None, check_same_thread=not any_thread
+        )
     except sqlite3.Error as exc:
         raise translate(exc) from exc
     conn.execute(f"PRAGMA busy_timeout = {DEFAULT_BUSY_TIMEOUT_MS}").fetchall()

@@ -12,7 +12,7 @@ import hashlib
 import struct
 
 ZERO_HASH = bytes(32)
-_SEQ = struct.Struct(">Q")
+SEQ_U64 = struct.Struct(">Q")
 
 
 def leaf_hash(body: bytes) -> bytes:
@@ -20,7 +20,7 @@ def leaf_hash(body: bytes) -> bytes:
 
 
 def chain_hash(seq: int, prev: bytes, leaf: bytes) -> bytes:
-    return hashlib.sha256(b"\x02" + _SEQ.pack(seq) + prev + leaf).digest()
+    return hashlib.sha256(b"\x02" + SEQ_U64.pack(seq) + prev + leaf).digest()
 
 
 class LeafHasher:

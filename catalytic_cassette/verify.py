@@ -5,7 +5,9 @@ Reads only; streams the journal row by row, so memory stays constant.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -19,7 +21,7 @@ from .anchor import UNVERIFIABLE_KINDS, Anchor, judge, open_anchor
 from .clock import SystemClock
 from .connection import connect_readonly, read_transaction
 from .errors import CassetteError, ErrorCode
-from .hashing import ZERO_HASH, chain_hash, leaf_hash
+from .hashing import SEQ_U64, ZERO_HASH
 from .merkle import CompactRange
 from .migrate import FORMAT, current_version, migration_digest, schema_version
 
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 MAX_FINDINGS_PER_KIND = 100
+_MAX_SEQ = 2**64 - 1
 
 # Every journaled table: its key column and its columns in journal-body order.
 LEDGER_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -165,15 +168,20 @@ def verify_connection(
     anchors: list[Anchor] | None = None,
     seal_key: Ed25519PublicKey | None = None,
     origin: str | None = None,
+    side: sqlite3.Connection | None = None,
 ) -> VerifyReport:
     """Run every check; ``progress(n)`` is told each time n more journal rows were read.
 
     With ``anchors`` (seal files), ``seal_key`` and ``origin`` pin who signed them and
     which ledger they name; the ledger is then checked against each of them too.
+
+    ``side``, a second connection reading the same snapshot, lets the state and
+    consistency checks, which run inside SQLite, proceed in a thread while this one
+    hashes the journal and then runs the page check: sqlite3 releases the GIL while a
+    statement steps. (A third thread was slower on the two-CPU machine measured.)
     """
     report = VerifyReport(notes=[] if anchors else [UNANCHORED_NOTE])
     out = _Collector(report)
-    tables_intact = _check_structure(conn, out)
     if anchors:
         if seal_key is None or origin is None:
             raise CassetteError(
@@ -182,18 +190,35 @@ def verify_connection(
             )
         for anchor in anchors:
             open_anchor(anchor, seal_key, origin)
-    recorded = _recorded_seals(conn) if tables_intact else []
-    wanted = {size for _, size, _, _ in recorded}
-    wanted.update(a.checkpoint.size for a in anchors or () if a.checkpoint is not None)
-    walk = _TreeWalk(conn, out, wanted, stored_nodes=tables_intact)
-    report.journal_rows = _check_chain(conn, out, progress, walk)
-    walk.finish()
+    schema_intact = _check_schema(conn, out)
+    sql_checks = _SqlChecks(run_id, now_ms, schema_intact)
+    worker = None
+    if side is not None:
+        worker = threading.Thread(
+            target=sql_checks.check_state, args=(side,), name="cassette-verify-state"
+        )
+        worker.start()
+    try:
+        recorded = _recorded_seals(conn) if schema_intact else []
+        wanted = {size for _, size, _, _ in recorded}
+        wanted.update(a.checkpoint.size for a in anchors or () if a.checkpoint is not None)
+        walk = _TreeWalk(conn, out, wanted, stored_nodes=schema_intact)
+        report.journal_rows = _check_chain(conn, out, progress, walk)
+        walk.finish()
+        if side is not None:
+            sql_checks.check_pages(conn)  # the state thread takes longer than the walk
+    finally:
+        if worker is not None:
+            worker.join()
+    if side is None:
+        sql_checks.run(conn)
+    sql_checks.merge_into(out)
+    tables_intact = schema_intact and sql_checks.pages_intact
     _check_recorded_seals(out, recorded, walk.roots, report.journal_rows, seal_key, origin)
     if anchors:
         _judge_anchors(conn, report, out, anchors, walk.roots)
+    sql_checks.add_state(out)
     if tables_intact:
-        _check_state(conn, out, run_id)
-        _check_consistency(conn, out, run_id, now_ms)
         if db_dir is not None:
             _check_artifacts(conn, out, db_dir)
         if public_key is not None:
@@ -203,6 +228,76 @@ def verify_connection(
     if public_key is None:
         report.notes.append("no public key given: action signatures not checked")
     return report
+
+
+class _SqlChecks:
+    """quick_check, state and consistency: the checks SQLite itself evaluates.
+
+    Findings are kept apart and merged after the journal walk, so the report lists
+    them in the same order whether they ran in a thread or inline. State findings
+    (and errors) count only when the pages are intact, as when run one after another.
+    """
+
+    def __init__(self, run_id: str | None, now_ms: int, schema_intact: bool) -> None:
+        self.run_id = run_id
+        self.now_ms = now_ms
+        self.schema_intact = schema_intact
+        self.pages_intact = False
+        self.corrupt = _Collector(VerifyReport())
+        self.state = _Collector(VerifyReport())
+        self.errors: dict[str, BaseException] = {}
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        self.check_pages(conn)
+        if self.pages_intact:
+            self.check_state(conn)
+
+    def check_pages(self, conn: sqlite3.Connection) -> None:
+        try:
+            self.pages_intact = _quick_check(conn, self.corrupt)
+        except BaseException as exc:  # re-raised in the caller's thread by merge_into
+            self.errors["pages"] = exc
+
+    def check_state(self, conn: sqlite3.Connection) -> None:
+        if not self.schema_intact:
+            return
+        try:
+            _check_state(conn, self.state, self.run_id)
+            _check_consistency(conn, self.state, self.run_id, self.now_ms)
+        except BaseException as exc:
+            self.errors["state"] = exc
+
+    def merge_into(self, out: _Collector) -> None:
+        if "pages" in self.errors:
+            raise self.errors["pages"]
+        if not self.pages_intact:
+            self.state = _Collector(VerifyReport())
+        elif "state" in self.errors:
+            raise self.errors["state"]
+        _merge(out, before=self.corrupt)
+
+    def add_state(self, out: _Collector) -> None:
+        _merge(out, after=self.state)
+
+
+def _merge(
+    out: _Collector, *, before: _Collector | None = None, after: _Collector | None = None
+) -> None:
+    """Findings of ``before``, then those already in ``out``, then those of ``after``,
+    under one per-kind limit, as if one collector had seen them in that order."""
+    sources = [c for c in (before, out, after) if c is not None]
+    findings = [list(c.report.findings) for c in sources]
+    suppressed = [dict(c.report.suppressed) for c in sources]
+    out.report.findings.clear()
+    out.report.suppressed.clear()
+    out.per_kind.clear()
+    for group in findings:
+        for finding in group:
+            out.add(finding)
+    for extra in suppressed:
+        for kind, count in extra.items():
+            out.per_kind[kind] += count
+            out.report.suppressed[kind] = out.per_kind[kind] - MAX_FINDINGS_PER_KIND
 
 
 def verify_path(
@@ -235,23 +330,70 @@ def verify_path(
             )
         now = SystemClock().now_ms() if now_ms is None else now_ms
         with read_transaction(conn):
-            return verify_connection(
-                conn,
-                run_id=run_id,
-                now_ms=now,
-                db_dir=Path(path).resolve().parent,
-                public_key=public_key,
-                progress=progress,
-                anchors=anchors,
-                seal_key=seal_key,
-                origin=origin,
-            )
+            sides = _same_snapshot(conn, path, 1)
+            try:
+                return verify_connection(
+                    conn,
+                    run_id=run_id,
+                    now_ms=now,
+                    db_dir=Path(path).resolve().parent,
+                    public_key=public_key,
+                    progress=progress,
+                    anchors=anchors,
+                    seal_key=seal_key,
+                    origin=origin,
+                    side=sides[0] if sides else None,
+                )
+            finally:
+                for side in sides:
+                    side.close()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         report = VerifyReport(notes=[UNANCHORED_NOTE])
         report.findings.append(Finding("corrupt", f"the file cannot be read as a ledger: {exc}"))
         return report
     finally:
         conn.close()
+
+
+_SNAPSHOT_RETRIES = 2
+
+
+def _same_snapshot(
+    conn: sqlite3.Connection, path: str, count: int
+) -> tuple[sqlite3.Connection, ...]:
+    """Up to ``count`` more read-only connections, each in a read transaction that sees
+    what ``conn`` sees.
+
+    Every ledger change appends to the journal, so two snapshots with the same journal
+    head hold the same ledger. SQLite cannot share a snapshot between connections from
+    Python; when writers keep moving the head (or the file is too damaged to tell),
+    fewer or none are returned, and ``conn`` runs the remaining checks itself.
+    """
+    try:
+        head = _journal_head(conn)
+    except sqlite3.Error:
+        return ()
+    sides: list[sqlite3.Connection] = []
+    for _ in range(count + _SNAPSHOT_RETRIES):
+        if len(sides) == count:
+            break
+        side = connect_readonly(path, any_thread=True)
+        try:
+            side.execute("BEGIN")
+            if _journal_head(side) == head:
+                sides.append(side)
+                continue
+        except sqlite3.Error:
+            pass
+        side.close()
+    return tuple(sides)
+
+
+def _journal_head(conn: sqlite3.Connection) -> tuple[Any, ...]:
+    row = conn.execute(
+        "SELECT seq, chain_hash FROM cassette_journal ORDER BY seq DESC LIMIT 1"
+    ).fetchone()
+    return tuple(row) if row is not None else ()
 
 
 # ------------------------------------------------------------------ 1. structure
@@ -282,14 +424,19 @@ def _schema_rows(conn: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
     return [(str(a), str(b), str(c), str(d)) for a, b, c, d in rows]
 
 
-def _check_structure(conn: sqlite3.Connection, out: _Collector) -> bool:
+def _quick_check(conn: sqlite3.Connection, out: _Collector) -> bool:
+    """SQLite's own check of every page; True when it finds nothing."""
+    problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
+    if problems == ["ok"]:
+        return True
+    for problem in problems[:MAX_FINDINGS_PER_KIND]:
+        out.add(Finding("corrupt", str(problem)))
+    return False
+
+
+def _check_schema(conn: sqlite3.Connection, out: _Collector) -> bool:
     """Report every schema difference; True when the tables themselves are intact."""
     ok = True
-    problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
-    if problems != ["ok"]:
-        ok = False
-        for problem in problems[:MAX_FINDINGS_PER_KIND]:
-            out.add(Finding("corrupt", str(problem)))
     version = conn.execute("SELECT max(version) FROM cassette_migrations").fetchone()[0]
     if version != current_version():
         ok = False
@@ -363,34 +510,51 @@ def _check_chain(
 def _walk_chain(
     conn: sqlite3.Connection, out: _Collector, progress: Progress | None, walk: _TreeWalk
 ) -> int:
+    # The loop runs once per journal row: hashing is inlined (same formulas as
+    # hashing.leaf_hash and hashing.chain_hash) and rows arrive in batches.
+    sha256, pack = hashlib.sha256, SEQ_U64.pack
     expected_seq = 0
     read = 0
     prev = ZERO_HASH
     cursor = conn.execute(
         "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal ORDER BY seq"
     )
-    for seq, body, leaf, chain in cursor:
-        read += 1
-        if progress is not None and read % PROGRESS_EVERY == 0:
-            progress(PROGRESS_EVERY)
-        if seq != expected_seq:
-            out.add(Finding("journal_gap", f"expected seq {expected_seq}, found {seq}", seq=seq))
-            expected_seq = seq
-        body_bytes = body if isinstance(body, bytes) else str(body).encode("utf-8")
-        recomputed = leaf_hash(body_bytes)
-        walk.add(seq, recomputed)
-        if leaf != recomputed:
-            table, key = _body_identity(body)
-            out.add(Finding("leaf_hash", "leaf_hash does not match the body", seq, table, key))
-        if chain != chain_hash(seq, prev, leaf if isinstance(leaf, bytes) else b""):
-            table, key = _body_identity(body)
-            out.add(
-                Finding(
-                    "chain_hash", "chain_hash does not link to the previous entry", seq, table, key
+    while rows := cursor.fetchmany(1024):
+        for seq, body, leaf, chain in rows:
+            if seq != expected_seq:
+                out.add(
+                    Finding("journal_gap", f"expected seq {expected_seq}, found {seq}", seq=seq)
                 )
+                expected_seq = seq
+            if not isinstance(body, bytes):
+                body = str(body).encode("utf-8")
+            recomputed = sha256(b"\x00" + body).digest()
+            walk.add(seq, recomputed)
+            if leaf != recomputed:
+                table, key = _body_identity(body)
+                out.add(Finding("leaf_hash", "leaf_hash does not match the body", seq, table, key))
+            link = (
+                sha256(b"\x02" + pack(seq) + prev + leaf).digest()
+                if isinstance(leaf, bytes) and 0 <= seq <= _MAX_SEQ
+                else None
             )
-        prev = chain if isinstance(chain, bytes) else b""
-        expected_seq += 1
+            if chain != link:
+                table, key = _body_identity(body)
+                out.add(
+                    Finding(
+                        "chain_hash",
+                        "chain_hash does not link to the previous entry",
+                        seq,
+                        table,
+                        key,
+                    )
+                )
+            prev = chain if isinstance(chain, bytes) else b""
+            expected_seq += 1
+        if progress is not None:
+            before, read = read, read + len(rows)
+            for _ in range(read // PROGRESS_EVERY - before // PROGRESS_EVERY):
+                progress(PROGRESS_EVERY)
     if progress is not None and read % PROGRESS_EVERY:
         progress(read % PROGRESS_EVERY)
     return expected_seq
@@ -574,28 +738,33 @@ def _body_identity(body: Any) -> tuple[str | None, Any]:
 # ---------------------------------------------------------------------- 3. state
 
 
-def _state_query(table: str, key: str, columns: Iterable[str], run_filter: str) -> str:
-    """Each row with the seq of its latest journal revision and whether they match.
+def _state_query(
+    table: str, key: str, columns: Iterable[str], run_filter: str, ops: tuple[str, ...]
+) -> str:
+    """The rows that differ from their latest journal revision (or have none).
 
-    The fast path compares the whole row as SQLite renders it; when the text differs
-    (possibly only because another SQLite version escaped a string differently) the
-    columns are compared one by one as values, which is what decides.
+    The fast path renders the body the journaling trigger would write for the row and
+    compares it with the stored body, byte for byte, inside SQLite. Only when the text
+    differs (possibly because another SQLite version escaped a string differently) are
+    the columns compared one by one as values, which is what decides. Matching rows
+    never reach Python.
     """
     columns = list(columns)
     rendered = "json_object(" + ", ".join(f"'{c}', t.{c}" for c in columns) + ")"
+    bodies = " OR ".join(
+        f"l.body = json_object('table', '{table}', 'op', '{op}', 'key', t.{key}, 'row', {rendered})"
+        for op in ops
+    )
     by_value = " AND ".join(f"json_extract(l.body, '$.row.{c}') IS t.{c}" for c in columns)
     latest = (
         f"SELECT seq FROM cassette_journal j WHERE j.tbl = '{table}' AND j.row_key = +t.{key}"
         " ORDER BY seq DESC LIMIT 1"
     )
     return (
-        f"SELECT t.{key}, l.seq, CASE"
-        " WHEN l.seq IS NULL THEN 0"
-        f" WHEN json_extract(l.body, '$.key') IS NOT t.{key} THEN 0"
-        f" WHEN json_extract(l.body, '$.row') = {rendered} THEN 1"
-        f" ELSE ({by_value}) END"
-        f" FROM {table} t LEFT JOIN cassette_journal l ON l.seq = ({latest})"
-        f" WHERE 1{run_filter}"
+        f"SELECT t.{key}, l.seq FROM {table} t"
+        f" LEFT JOIN cassette_journal l ON l.seq = ({latest})"
+        f" WHERE (l.seq IS NULL OR NOT ({bodies}) AND NOT coalesce(CASE WHEN json_valid(l.body)"
+        f" THEN json_extract(l.body, '$.key') IS t.{key} AND {by_value} END, 0)){run_filter}"
     )
 
 
@@ -604,13 +773,14 @@ def _check_state(conn: sqlite3.Connection, out: _Collector, run_id: str | None) 
         if run_id is not None and "run_id" not in columns:
             continue  # a run-scoped verify covers the tables that belong to runs
         run_filter = "" if run_id is None else " AND t.run_id = :run"
-        query = _state_query(table, key, columns, run_filter)
-        for row_key, seq, matches in conn.execute(query, {"run": run_id}):
+        ops = ("INSERT", "UPDATE") if table in MUTABLE_TABLES else ("INSERT",)
+        query = _state_query(table, key, columns, run_filter, ops)
+        for row_key, seq in conn.execute(query, {"run": run_id}):
             if seq is None:
                 out.add(
                     Finding("unjournaled_row", "row has no journal entry", None, table, row_key)
                 )
-            elif not matches:
+            else:
                 out.add(
                     Finding(
                         "state_mismatch",

@@ -13,8 +13,18 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from catalytic_cassette import CassetteError, ManualClock, MessageCassette
 from catalytic_cassette.chain import CausalChain
+from catalytic_cassette.clock import SystemClock
+from catalytic_cassette.connection import connect_readonly, read_transaction
+from catalytic_cassette.hashing import ZERO_HASH, chain_hash, leaf_hash
+from catalytic_cassette.merkle import CompactRange
 from catalytic_cassette.seals import record_seal
-from catalytic_cassette.verify import LEDGER_TABLES, VerifyReport, verify_path
+from catalytic_cassette.verify import (
+    LEDGER_TABLES,
+    VerifyReport,
+    _same_snapshot,
+    verify_connection,
+    verify_path,
+)
 
 from .conftest import dump
 
@@ -310,3 +320,96 @@ def test_progress_reports_every_journal_row_once(
     assert report.ok
     assert sum(steps) == report.journal_rows
     assert steps[:-1] == [7] * (len(steps) - 1) and 0 < steps[-1] <= 7
+
+
+# ------------------------------------------------ the state thread and its snapshot
+
+
+def _inline(path: Path) -> VerifyReport:
+    """Every check on one connection, one after another (no second snapshot)."""
+    conn = connect_readonly(path)
+    try:
+        with read_transaction(conn):
+            return verify_connection(conn, now_ms=SystemClock().now_ms(), db_dir=path.parent)
+    finally:
+        conn.close()
+
+
+def _kinds(report: VerifyReport) -> list[tuple[str, str | None, object, str]]:
+    return [(f.kind, f.table, f.key, f.severity) for f in report.findings]
+
+
+@pytest.mark.parametrize("tamper", sorted(TAMPERS))
+def test_the_threaded_verify_reports_what_the_inline_one_does(ledger: Path, tamper: str) -> None:
+    with unguarded(ledger) as conn:
+        TAMPERS[tamper](conn, "cassette_actions")
+        conn.execute("UPDATE cassette_journal SET body = body || ' ' WHERE seq = 3")
+        _edit_column(conn, "cassette_steps")
+    threaded, inline = _verify(ledger), _inline(ledger)
+    assert not threaded.ok
+    assert _kinds(threaded) == _kinds(inline)
+    assert threaded.journal_rows == inline.journal_rows
+    assert {"state_mismatch", "leaf_hash"} <= {f.kind for f in threaded.findings}
+
+
+def test_the_state_thread_reads_the_same_snapshot_or_none(ledger: Path) -> None:
+    conn = connect_readonly(ledger)
+    try:
+        with read_transaction(conn):
+            same = _same_snapshot(conn, str(ledger), 1)
+            assert len(same) == 1
+            same[0].close()
+            with CausalChain(ledger) as chain:  # a writer moves the journal head
+                chain.save_checkpoint("p", {"cursor": 99})
+            assert _same_snapshot(conn, str(ledger), 1) == ()
+            # ... and verify then runs every check on its own snapshot
+            report = verify_connection(conn, now_ms=SystemClock().now_ms())
+            assert report.ok, report.findings
+    finally:
+        conn.close()
+
+
+def test_a_body_rendered_differently_but_equal_by_value_is_not_a_mismatch(
+    ledger: Path,
+) -> None:
+    """The byte comparison is a fast path; a body another SQLite rendered with other
+    spacing still matches its row value by value (and its hashes are recomputed)."""
+    with sqlite3.connect(ledger) as conn:
+        seq, body = conn.execute(
+            "SELECT seq, body FROM cassette_journal WHERE tbl = 'cassette_actions'"
+            " ORDER BY seq LIMIT 1"
+        ).fetchone()
+    spaced = body.replace('","', '", "', 3)
+    assert spaced != body
+    with unguarded(ledger) as conn:
+        conn.execute("UPDATE cassette_journal SET body = ? WHERE seq = ?", (spaced, seq))
+        _rehash(conn)
+    report = _verify(ledger)
+    assert not [
+        f for f in report.findings if f.kind in ("state_mismatch", "leaf_hash", "chain_hash")
+    ], report.findings
+    with unguarded(ledger) as conn:  # the same body with a value changed is caught
+        conn.execute(
+            "UPDATE cassette_journal SET body = replace(body, '\"success\":1', '\"success\":0')"
+            " WHERE seq = ?",
+            (seq,),
+        )
+        _rehash(conn)
+    assert any(f.kind == "state_mismatch" for f in _verify(ledger).findings)
+
+
+def _rehash(conn: sqlite3.Connection) -> None:
+    """Recompute every leaf, link and tree node from the stored bodies."""
+    prev, edge = ZERO_HASH, CompactRange()
+    conn.execute("DELETE FROM cassette_tree_nodes")
+    for seq, body in conn.execute("SELECT seq, body FROM cassette_journal ORDER BY seq"):
+        leaf = leaf_hash(body.encode("utf-8"))
+        prev = chain_hash(seq, prev, leaf)
+        conn.execute(
+            "UPDATE cassette_journal SET leaf_hash = ?, chain_hash = ? WHERE seq = ?",
+            (leaf, prev, seq),
+        )
+        conn.executemany(
+            "INSERT INTO cassette_tree_nodes (leaf_end, level, hash) VALUES (?, ?, ?)",
+            [(seq, level, node) for level, node in edge.append(leaf)],
+        )
