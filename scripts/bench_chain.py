@@ -238,6 +238,22 @@ print(json.dumps({{"rows": report.journal_rows, "seconds": elapsed,
                   "rss_before_kib": before, "rss_peak_kib": peak}}))
 """
 
+CHILD_FLOOR = """
+import hashlib, json, sqlite3, struct, time
+conn = sqlite3.connect("file:" + {path!r} + "?mode=ro", uri=True)
+conn.text_factory = bytes
+sha256, pack, prev, rows = hashlib.sha256, struct.Struct(">Q").pack, bytes(32), 0
+start = time.perf_counter()
+for seq, body, leaf, chain in conn.execute(
+    "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal ORDER BY seq"
+):
+    assert sha256(b"\\x00" + body).digest() == leaf
+    assert sha256(b"\\x02" + pack(seq) + prev + leaf).digest() == chain
+    prev, rows = chain, rows + 1
+elapsed = time.perf_counter() - start
+print(json.dumps({{"rows": rows, "rows_per_s": rows / elapsed}}))
+"""
+
 CHILD_SESSION = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
@@ -269,12 +285,14 @@ def main() -> None:
     parser.add_argument("--batched", type=int, default=20000, help="records per batched rep")
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--ledger-sizes", default="100000,1000000", help="actions, for verify")
+    parser.add_argument("--verify-reps", type=int, default=3)
     parser.add_argument("--session-size", type=int, default=1000)
     parser.add_argument("--chain-depth", type=int, default=10000, help="deepest cause chain")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the script")
     args = parser.parse_args()
     if args.quick:
         args.reps, args.single, args.batched, args.batch = 1, 50, 200, 100
+        args.verify_reps = 1
         args.ledger_sizes, args.session_size, args.chain_depth = "2000", 100, 300
     durabilities = ["normal", "full"] if args.durability == "both" else [args.durability]
     root = str(Path(__file__).resolve().parents[1])
@@ -333,11 +351,22 @@ def main() -> None:
                 p.stat().st_size for p in scratch.glob(f"ledger-{size}.db*") if p.is_file()
             )
             print(f"built {size:,} actions at {rate:,.0f}/s; {on_disk / size:,.0f} bytes/action")
-            v = measure_in_child(CHILD_VERIFY.format(root=root, path=str(path)))
+            verifies, floors = [], []
+            for _ in range(args.verify_reps):  # interleaved with the floor below
+                verifies.append(measure_in_child(CHILD_VERIFY.format(root=root, path=str(path))))
+                floors.append(measure_in_child(CHILD_FLOOR.format(path=str(path))))
+            v = verifies[-1]
+            rates = [m["rows_per_s"] for m in verifies]
+            floor = statistics.median(m["rows_per_s"] for m in floors)
             print(
-                f"verify {v['rows']:,.0f} journal rows: {v['seconds']:.2f} s = "
-                f"{v['rows_per_s']:,.0f} rows/s; peak RSS {v['rss_peak_kib'] / 1024:.1f} MiB "
+                f"verify {v['rows']:,.0f} journal rows: {median_range(rates)}; "
+                f"peak RSS {max(m['rss_peak_kib'] for m in verifies) / 1024:.1f} MiB "
                 f"(interpreter and imports {v['rss_before_kib'] / 1024:.1f} MiB)"
+            )
+            print(
+                f"  floor: fetch every journal row and check its leaf and link, nothing else: "
+                f"{floor:,.0f} rows/s; ratio verify/floor = "
+                f"{statistics.median(rates) / floor:.2f}"
             )
             with CausalChain(path) as chain:
                 start = time.perf_counter()
