@@ -11,7 +11,7 @@ from pathlib import Path
 from . import sqlfiles
 from .clock import Clock, SystemClock
 from .errors import CassetteError, ErrorCode, translate
-from .hashing import ChainHasher, LeafHasher, NodeHasher, sha256_hex
+from .hashing import sha256_hex, sql_functions
 from .migrate import apply_pending, current_version, schema_version
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -51,9 +51,8 @@ def _check_file(path: str) -> None:
 
 def register_functions(conn: sqlite3.Connection, clock: Clock) -> None:
     conn.create_function("cassette_now_ms", 0, clock.now_ms)
-    conn.create_function("cassette_leaf_hash", 1, LeafHasher(), deterministic=True)
-    conn.create_function("cassette_chain_hash", 3, ChainHasher(), deterministic=True)
-    conn.create_function("cassette_node_hash", 2, NodeHasher(), deterministic=True)
+    for name, (arity, function) in sql_functions().items():
+        conn.create_function(name, arity, function, deterministic=True)
     conn.create_function("cassette_sha256_hex", 1, sha256_hex, deterministic=True)
 
 

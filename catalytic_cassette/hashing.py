@@ -10,82 +10,69 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Callable
+from typing import Any
 
 ZERO_HASH = bytes(32)
 SEQ_U64 = struct.Struct(">Q")
 
 
 def leaf_hash(body: bytes) -> bytes:
+    """``SHA-256(0x00 || body)``: the hash of one leaf entry."""
     return hashlib.sha256(b"\x00" + body).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    """``SHA-256(0x01 || left || right)``: the hash of an interior node."""
+    return hashlib.sha256(b"\x01" + left + right).digest()
 
 
 def chain_hash(seq: int, prev: bytes, leaf: bytes) -> bytes:
     return hashlib.sha256(b"\x02" + SEQ_U64.pack(seq) + prev + leaf).digest()
 
 
-class LeafHasher:
-    """``cassette_leaf_hash`` for SQLite, remembering the last body.
+class Remembered:
+    """A hash for SQLite (``create_function``) that remembers its recent results.
 
-    The journaling trigger and the journal guard hash the same body in one
-    statement; the one-entry memo halves that work.
+    Each journal entry and tree node is computed by a trigger and checked again by a
+    guard within the same statement; remembering makes the check a lookup. A NULL
+    argument gives NULL, so a guard comparing with it never passes by accident.
     """
 
-    def __init__(self) -> None:
-        self._body: str | None = None
-        self._leaf = b""
+    def __init__(self, compute: Callable[..., bytes | None], keep: int) -> None:
+        self._compute = compute
+        self._keep = keep
+        self._memo: dict[tuple[Any, ...], bytes | None] = {}  # None: not remembered
 
-    def __call__(self, body: str | None) -> bytes | None:
-        if body is None:
-            return None
-        if body != self._body:
-            self._leaf = leaf_hash(body.encode("utf-8"))
-            self._body = body
-        return self._leaf
-
-
-class ChainHasher:
-    """``cassette_chain_hash`` for SQLite, remembering the last link.
-
-    Like the leaf, each new link is computed by the journaling trigger and checked
-    again by the journal guard within one statement.
-    """
-
-    def __init__(self) -> None:
-        self._last: tuple[int, bytes, bytes] | None = None
-        self._chain = b""
-
-    def __call__(self, seq: int | None, prev: bytes | None, leaf: bytes | None) -> bytes | None:
-        if seq is None or prev is None or leaf is None or seq < 0:
-            return None
-        key = (seq, bytes(prev), bytes(leaf))
-        if key != self._last:
-            self._chain = chain_hash(*key)
-            self._last = key
-        return self._chain
-
-
-class NodeHasher:
-    """``cassette_node_hash`` for SQLite, remembering the nodes it made last.
-
-    The tree trigger computes each new node and the nodes' insert guard checks it
-    again in the same statement; the small memo makes that check a lookup.
-    """
-
-    _KEEP = 128
-
-    def __init__(self) -> None:
-        self._memo: dict[tuple[bytes, bytes], bytes] = {}
-
-    def __call__(self, left: bytes | None, right: bytes | None) -> bytes | None:
-        if left is None or right is None:
-            return None
-        key = (bytes(left), bytes(right))
-        found = self._memo.get(key)
-        if found is None:
-            if len(self._memo) >= self._KEEP:
-                self._memo.clear()
-            found = self._memo[key] = hashlib.sha256(b"\x01" + key[0] + key[1]).digest()
+    def __call__(self, *args: Any) -> bytes | None:
+        found = self._memo.get(args)
+        if found is not None or None in args:
+            return found
+        if len(self._memo) >= self._keep:
+            self._memo.clear()
+        found = self._memo[args] = self._compute(*args)
         return found
+
+
+def _sql_leaf(body: str) -> bytes:
+    return leaf_hash(body.encode("utf-8"))
+
+
+def _sql_chain(seq: int, prev: bytes, leaf: bytes) -> bytes | None:
+    return chain_hash(seq, prev, leaf) if seq >= 0 else None
+
+
+def sql_functions() -> dict[str, tuple[int, Remembered]]:
+    """The hashing functions a package connection registers: name -> (arity, function).
+
+    One entry is enough for a leaf or link (one journal entry per statement); a new
+    leaf completes up to one node per level, hence room for 128 nodes.
+    """
+    return {
+        "cassette_leaf_hash": (1, Remembered(_sql_leaf, keep=1)),
+        "cassette_chain_hash": (3, Remembered(_sql_chain, keep=1)),
+        "cassette_node_hash": (2, Remembered(node_hash, keep=128)),
+    }
 
 
 def sha256_hex(text: str | None) -> str | None:

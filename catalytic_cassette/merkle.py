@@ -28,6 +28,8 @@ import hashlib
 import hmac
 from collections.abc import Callable, Iterable, Sequence
 
+from .hashing import leaf_hash, node_hash
+
 __all__ = [
     "EMPTY_ROOT",
     "HASH_SIZE",
@@ -56,16 +58,6 @@ EMPTY_ROOT = hashlib.sha256(b"").digest()
 SubtreeFn = Callable[[int, int], bytes]
 """``subtree(level, index)``: hash of the aligned complete subtree covering leaves
 ``[index * 2**level, (index + 1) * 2**level)``; level 0 is the leaf hashes."""
-
-
-def leaf_hash(data: bytes) -> bytes:
-    """``SHA-256(0x00 || data)``: the hash of one leaf entry."""
-    return hashlib.sha256(b"\x00" + data).digest()
-
-
-def node_hash(left: bytes, right: bytes) -> bytes:
-    """``SHA-256(0x01 || left || right)``: the hash of an interior node."""
-    return hashlib.sha256(b"\x01" + left + right).digest()
 
 
 def _is_hash(value: object) -> bool:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from catalytic_cassette import ManualClock, MessageCassette
+from catalytic_cassette.hashing import ZERO_HASH, chain_hash, leaf_hash
+from catalytic_cassette.merkle import CompactRange
 
 
 @pytest.fixture
@@ -53,3 +57,56 @@ def file_digest(path: Path) -> str:
         if part.exists():
             digest.update(part.read_bytes())
     return digest.hexdigest()
+
+
+@contextmanager
+def unguarded(path: Path) -> Iterator[sqlite3.Connection]:
+    """A raw connection with every trigger dropped; they are put back on exit, in their
+    original order (SQLite fires the newest BEFORE trigger of an event first)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    triggers = conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY rowid"
+    ).fetchall()
+    for name, _ in triggers:
+        conn.execute(f"DROP TRIGGER {name}")
+    try:
+        yield conn
+    finally:
+        for _, sql in triggers:
+            conn.execute(sql)
+        conn.close()
+
+
+def write_journal(conn: sqlite3.Connection, bodies: list[str]) -> None:
+    """Replace the journal and the tree with ``bodies`` as entries 0..n-1, every leaf,
+    link and node recomputed: what someone who can write the file (triggers dropped)
+    and knows the formulas can do."""
+    conn.execute("DELETE FROM cassette_journal")
+    conn.execute("DELETE FROM cassette_tree_nodes")
+    prev, edge = ZERO_HASH, CompactRange()
+    for seq, body in enumerate(bodies):
+        leaf = leaf_hash(body.encode("utf-8"))
+        prev = chain_hash(seq, prev, leaf)
+        conn.execute(
+            "INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash) VALUES (?, ?, ?, ?)",
+            (seq, body, leaf, prev),
+        )
+        conn.executemany(
+            "INSERT INTO cassette_tree_nodes (leaf_end, level, hash) VALUES (?, ?, ?)",
+            [(seq, level, node) for level, node in edge.append(leaf)],
+        )
+
+
+def action_dict(
+    kind: str, name: str, parent: str | None = None, *, plan: str = "p", session: str | None = None
+) -> dict[str, Any]:
+    """An action to append: ``kind`` in plan ``plan``, named and argued by ``name``."""
+    return {
+        "plan_id": plan,
+        "intent_id": "intent",
+        "action_type": kind,
+        "function_name": name,
+        "parent_action_id": parent,
+        "session_id": session,
+        "arguments": [name],
+    }

@@ -8,8 +8,7 @@ import base64
 import multiprocessing as mp
 import sqlite3
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +59,7 @@ from catalytic_cassette.seals import (
 from catalytic_cassette.tree import StoredTree
 from catalytic_cassette.verify import VerifyReport, verify_path
 
-from .conftest import dump, file_digest
+from .conftest import action_dict, dump, file_digest, unguarded
 
 CTX = mp.get_context("spawn")
 TIMEOUT = 60
@@ -70,17 +69,6 @@ OTHER_KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(200, 232)))
 
 
 # ------------------------------------------------------------------------------ helpers
-
-
-def _action(kind: str, name: str, parent: str | None = None, plan: str = "p") -> dict[str, Any]:
-    return {
-        "plan_id": plan,
-        "intent_id": "intent",
-        "action_type": kind,
-        "function_name": name,
-        "parent_action_id": parent,
-        "arguments": [name],
-    }
 
 
 def _mixed_ledger(path: Path, clock: ManualClock, rounds: int) -> None:
@@ -107,10 +95,10 @@ def _mixed_ledger(path: Path, clock: ManualClock, rounds: int) -> None:
                     fencing_token=held["fencing_token"],
                 )
     with CausalChain(path, clock=clock) as chain:
-        root = chain.append_action(_action("PlanStarted", "plan")).action_id
+        root = chain.append_action(action_dict("PlanStarted", "plan")).action_id
         for n in range(rounds):
-            child = chain.append_action(_action("CapabilityCall", f"call{n}", root)).action_id
-            chain.append_action(_action("CapabilityResult", f"result{n}", child))
+            child = chain.append_action(action_dict("CapabilityCall", f"call{n}", root)).action_id
+            chain.append_action(action_dict("CapabilityResult", f"result{n}", child))
         chain.save_checkpoint("p", {"rounds": rounds})
 
 
@@ -150,23 +138,6 @@ def _check_tree(conn: sqlite3.Connection) -> int:
     for size in range(n + 1):
         assert stored.root(size) == root_from_leaves(leaves[:size]), size
     return n
-
-
-@contextmanager
-def unguarded(path: Path) -> Iterator[sqlite3.Connection]:
-    """A raw connection with every trigger dropped; they are put back on exit."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    triggers = conn.execute(
-        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY rowid"
-    ).fetchall()
-    for name, _ in triggers:
-        conn.execute(f"DROP TRIGGER {name}")
-    try:
-        yield conn
-    finally:
-        for _, sql in triggers:
-            conn.execute(sql)
-        conn.close()
 
 
 def _tree_findings(report: VerifyReport) -> list[tuple[str, int | None, Any]]:
@@ -292,9 +263,8 @@ def test_property_stored_roots_equal_the_in_memory_tree(writes: list[tuple[str, 
                     )
                 elif kind == "action":
                     parent = parents[a % len(parents)] if parents else None
-                    parents.append(
-                        chain.append_action(_action("CapabilityCall", f"f{n}", parent)).action_id
-                    )
+                    call = action_dict("CapabilityCall", f"f{n}", parent)
+                    parents.append(chain.append_action(call).action_id)
                 elif memory.size:
                     record_seal(cas.conn, KEY, now_ms=clock.now_ms(), origin=None)
                 for leaf in _leaves(cas.conn)[memory.size :]:
@@ -764,8 +734,8 @@ def test_auto_seal_on_a_causal_chain_with_a_key_file(db_path: Path, tmp_path: Pa
         db_path, clock=ManualClock(), auto_seal=AutoSeal(key_file, seals, every=4)
     ) as chain:
         for n in range(9):
-            chain.append_action(_action("CapabilityCall", f"f{n}"))
-        chain.append_actions([_action("CapabilityCall", f"g{n}") for n in range(6)])
+            chain.append_action(action_dict("CapabilityCall", f"f{n}"))
+        chain.append_actions([action_dict("CapabilityCall", f"g{n}") for n in range(6)])
     # One entry per action: sealed at 4 (entry 4 is the seal), at 9 (4 more), then the
     # ninth action (entry 10) and six at once (entries 11-16): sealed at 17. Closing right
     # after a seal writes nothing.
@@ -806,12 +776,12 @@ def _small_sealed(path: Path, run: str = "r") -> tuple[bytes, bytes, int]:
             run, step["step_id"], "w", step["fencing_token"], {}, "SUCCESS"
         )
     with CausalChain(path, clock=clock) as chain:
-        root = chain.append_action(_action("PlanStarted", "plan")).action_id
-        chain.append_action(_action("CapabilityCall", "call", root))
+        root = chain.append_action(action_dict("PlanStarted", "plan")).action_id
+        chain.append_action(action_dict("CapabilityCall", "call", root))
         first = record_seal(chain.conn, KEY, now_ms=clock.now_ms(), origin=None)
-        chain.append_action(_action("CapabilityResult", "result", root))
+        chain.append_action(action_dict("CapabilityResult", "result", root))
         second = record_seal(chain.conn, KEY, now_ms=clock.now_ms(), origin=None)
-        chain.append_action(_action("InternalStep", "after", root))
+        chain.append_action(action_dict("InternalStep", "after", root))
     return first.note, second.note, receipt
 
 

@@ -36,13 +36,12 @@ from catalytic_cassette import CassetteError, ErrorCode, ManualClock, MessageCas
 from catalytic_cassette.anchor import load_anchors
 from catalytic_cassette.backup import backup, restore, seal_path_for
 from catalytic_cassette.chain import CausalChain
-from catalytic_cassette.hashing import ZERO_HASH, chain_hash, leaf_hash
 from catalytic_cassette.note import Checkpoint, NoteSignature, parse_note, sign_note
 from catalytic_cassette.proofs import check_proof_file, prove_consistency, prove_inclusion
 from catalytic_cassette.seals import AutoSeal, record_seal, write_seal_file
 from catalytic_cassette.verify import LEDGER_TABLES, VerifyReport, verify_path
 
-from .conftest import dump
+from .conftest import action_dict, dump, write_journal
 
 CTX = mp.get_context("spawn")
 TIMEOUT = 60  # seconds any wait on a child process may take
@@ -109,22 +108,7 @@ def rewrite_history(
             if current is None:
                 continue  # the row was deleted: so is its history
             bodies.append(current if latest[(tbl, key)] == seq else str(body))
-        conn.execute("DELETE FROM cassette_journal")
-        conn.execute("DELETE FROM cassette_tree_nodes")
-        prev = ZERO_HASH
-        edge = merkle.CompactRange()
-        for seq, body in enumerate(bodies):
-            leaf = leaf_hash(body.encode("utf-8"))
-            prev = chain_hash(seq, prev, leaf)
-            conn.execute(
-                "INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)"
-                " VALUES (?, ?, ?, ?)",
-                (seq, body, leaf, prev),
-            )
-            conn.executemany(
-                "INSERT INTO cassette_tree_nodes (leaf_end, level, hash) VALUES (?, ?, ?)",
-                [(seq, level, node) for level, node in edge.append(leaf)],
-            )
+        write_journal(conn, bodies)
         for _, sql in triggers:
             conn.execute(sql)
         conn.execute("COMMIT")
@@ -153,18 +137,6 @@ class Built:
     tail_seq: int  # first journal entry of the last message posted before the seal
     receipt_id: int
     actions: dict[str, str]  # role -> action_id
-
-
-def _action(plan: str, kind: str, name: str, parent: str | None = None) -> dict[str, Any]:
-    return {
-        "plan_id": plan,
-        "intent_id": "intent",
-        "action_type": kind,
-        "function_name": name,
-        "parent_action_id": parent,
-        "session_id": "s",
-        "arguments": [name],
-    }
 
 
 def _build(path: Path, seal_dir: Path) -> Built:
@@ -197,10 +169,14 @@ def _build(path: Path, seal_dir: Path) -> Built:
         )
         cassette.claim_step("run-b", "w4", 3600)
     with CausalChain(path, clock=clock) as chain:
-        root = chain.append_action(_action("p", "PlanStarted", "plan")).action_id
-        left = chain.append_action(_action("p", "CapabilityCall", "left", root)).action_id
-        right = chain.append_action(_action("p", "CapabilityCall", "right", root)).action_id
-        leaf = chain.append_action(_action("p", "InternalStep", "leaf", left)).action_id
+
+        def append(kind: str, name: str, parent: str | None = None) -> str:
+            return chain.append_action(action_dict(kind, name, parent, session="s")).action_id
+
+        root = append("PlanStarted", "plan")
+        left = append("CapabilityCall", "left", root)
+        right = append("CapabilityCall", "right", root)
+        leaf = append("InternalStep", "leaf", left)
         chain.save_checkpoint("p", {"cursor": 1})
     with MessageCassette(path, clock=clock) as cassette:
         conn = cassette.conn
@@ -210,7 +186,7 @@ def _build(path: Path, seal_dir: Path) -> Built:
         seal_file = write_seal_file(seal, seal_dir)
         cassette.post_message({"after": "the seal"}, "run-c", "SYSTEM")
     with CausalChain(path, clock=clock) as chain:
-        chain.append_action(_action("p", "CapabilityCall", "late", right))
+        chain.append_action(action_dict("CapabilityCall", "late", right, session="s"))
         entries = chain.conn.execute("SELECT count(*) FROM cassette_journal").fetchone()[0]
     return Built(
         seal_file,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,6 @@ from catalytic_cassette import CassetteError, ManualClock, MessageCassette
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.clock import SystemClock
 from catalytic_cassette.connection import connect_readonly, read_transaction
-from catalytic_cassette.hashing import ZERO_HASH, chain_hash, leaf_hash
-from catalytic_cassette.merkle import CompactRange
 from catalytic_cassette.seals import record_seal
 from catalytic_cassette.verify import (
     LEDGER_TABLES,
@@ -26,7 +23,7 @@ from catalytic_cassette.verify import (
     verify_path,
 )
 
-from .conftest import dump
+from .conftest import dump, unguarded, write_journal
 
 
 def _build(path: Path) -> None:
@@ -91,21 +88,6 @@ def ledger(healthy: Path, tmp_path: Path) -> Path:
     source.close()
     target.close()
     return copy
-
-
-@contextmanager
-def unguarded(path: Path) -> Iterator[sqlite3.Connection]:
-    """A raw connection with every trigger dropped; the triggers are restored on exit."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
-    for name, _ in triggers:
-        conn.execute(f"DROP TRIGGER {name}")
-    try:
-        yield conn
-    finally:
-        for _, sql in triggers:
-            conn.execute(sql)
-        conn.close()
 
 
 def _verify(path: Path) -> VerifyReport:
@@ -400,16 +382,5 @@ def test_a_body_rendered_differently_but_equal_by_value_is_not_a_mismatch(
 
 def _rehash(conn: sqlite3.Connection) -> None:
     """Recompute every leaf, link and tree node from the stored bodies."""
-    prev, edge = ZERO_HASH, CompactRange()
-    conn.execute("DELETE FROM cassette_tree_nodes")
-    for seq, body in conn.execute("SELECT seq, body FROM cassette_journal ORDER BY seq"):
-        leaf = leaf_hash(body.encode("utf-8"))
-        prev = chain_hash(seq, prev, leaf)
-        conn.execute(
-            "UPDATE cassette_journal SET leaf_hash = ?, chain_hash = ? WHERE seq = ?",
-            (leaf, prev, seq),
-        )
-        conn.executemany(
-            "INSERT INTO cassette_tree_nodes (leaf_end, level, hash) VALUES (?, ?, ?)",
-            [(seq, level, node) for level, node in edge.append(leaf)],
-        )
+    bodies = conn.execute("SELECT body FROM cassette_journal ORDER BY seq").fetchall()
+    write_journal(conn, [body for (body,) in bodies])
