@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,8 +100,8 @@ def connect(
                 )
             apply_pending(conn)
         # After migrating, so that a failed migration leaves even the header unchanged.
-        if path != ":memory:" and conn.execute("PRAGMA journal_mode").fetchall()[0][0] != "wal":
-            conn.execute("PRAGMA journal_mode = WAL").fetchall()
+        if path != ":memory:":
+            _use_wal(conn, busy_timeout_ms)
         for statement in sqlfiles.connection_statements():
             conn.execute(statement)
     except CassetteError:
@@ -110,6 +111,25 @@ def connect(
         conn.close()
         raise translate(exc) from exc
     return conn
+
+
+def _use_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    """Switch the file to WAL unless it is already.
+
+    While another connection holds the write lock of a file still in rollback mode (two
+    processes opening a new ledger at once), SQLite answers the switch with BUSY without
+    calling the busy handler; so wait here, up to the busy timeout, as for any lock.
+    """
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchall()[0][0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL").fetchall()
+            return
+        except sqlite3.OperationalError as exc:
+            if translate(exc).code is not ErrorCode.BUSY or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
 
 
 def connect_readonly(

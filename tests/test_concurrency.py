@@ -404,3 +404,27 @@ def test_processes_creating_the_same_new_file_at_once_all_get_one_ledger(tmp_pat
         assert cassette.status(RUN)["receipts"]["FAILURE"] == 4
         report = cassette.verify_cassette()
         assert report.ok, report.errors
+
+
+def test_switching_to_wal_waits_for_a_writer_instead_of_failing_busy(tmp_path: Path) -> None:
+    """While another connection holds the write lock of a file still in rollback mode
+    (as when several processes open a new ledger at once), SQLite answers the switch to
+    WAL with BUSY at once, without calling the busy handler. Opening must wait instead."""
+    import threading
+
+    path = tmp_path / "rollback.db"
+    MessageCassette(path).close()
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA journal_mode = DELETE").fetchone()[0] == "delete"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("BEGIN IMMEDIATE")  # RESERVED, as a process migrating the file holds
+    release = threading.Timer(0.3, writer.execute, args=("COMMIT",))
+    release.start()
+    try:
+        started = time.monotonic()
+        with MessageCassette(path) as cassette:
+            assert cassette.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert time.monotonic() - started >= 0.2  # it waited for the writer
+    finally:
+        release.join()
+        writer.close()
