@@ -141,7 +141,7 @@ class MessageCassette(LedgerFile):
         ]
         results: list[tuple[int, int]] = []
         with self.write() as conn:
-            now = self.now_ms()
+            now = self.ledger_now(conn)
             for index, item in enumerate(prepared):
                 results.append(_indexed(index, len(prepared), self._insert_post, conn, now, *item))
         return results
@@ -242,7 +242,7 @@ class MessageCassette(LedgerFile):
         ttl = _ttl_ms(ttl_seconds)
         claimed: list[dict[str, Any]] = []
         with self.write() as conn:
-            expires = self.now_ms() + ttl
+            expires = self.ledger_now(conn) + ttl
             for _ in range(n):
                 row = conn.execute(
                     _CLAIM, {"worker": worker_id, "expires": expires, "run": run_id}
@@ -290,7 +290,7 @@ class MessageCassette(LedgerFile):
         ]
         receipt_ids: list[int] = []
         with self.write() as conn:
-            now = self.now_ms()
+            now = self.ledger_now(conn)
             for index, params in enumerate(prepared):
                 receipt_ids.append(
                     _indexed(index, len(prepared), self._insert_receipt, conn, params, now)
@@ -339,7 +339,7 @@ class MessageCassette(LedgerFile):
                 )
             return [self._release(run_id, step_id, worker_id, fencing_token)]
         with self.write() as conn:
-            now = self.now_ms()
+            now = self.ledger_now(conn)
             if step_id is not None:
                 self._check_requeueable(conn, run_id, step_id, now)
             rows = conn.execute(
@@ -399,7 +399,7 @@ class MessageCassette(LedgerFile):
             conn.execute(
                 "INSERT INTO cassette_releases"
                 " (step_id, run_id, worker_id, fencing_token, created_at) VALUES (?, ?, ?, ?, ?)",
-                (step_id, run_id, worker_id, token, self.now_ms()),
+                (step_id, run_id, worker_id, token, self.ledger_now(conn)),
             )
         return {"step_id": step_id, "action": "released", "fencing_token": token}
 

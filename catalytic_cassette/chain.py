@@ -112,7 +112,7 @@ class CausalChain(LedgerFile):
     ) -> list[Action]:
         """Insert prepared actions inside the caller's transaction."""
         stored: list[Action] = []
-        now = self.clock.now_ms()
+        now = self.ledger_now(conn)
         for index, (action, row) in enumerate(prepared):
             row["timestamp"] = now
             metadata = self._signed_metadata(row)
@@ -321,7 +321,7 @@ class CausalChain(LedgerFile):
             conn.execute(
                 "INSERT INTO cassette_checkpoints (checkpoint_id, plan_id, context_json,"
                 " created_at) VALUES (?, ?, ?, ?)",
-                (checkpoint_id, plan_id, text, self.clock.now_ms()),
+                (checkpoint_id, plan_id, text, self.ledger_now(conn)),
             )
 
     def load_checkpoint(self, checkpoint_id: str) -> dict[str, Any]:

@@ -155,6 +155,20 @@ def connect_readonly(
     return conn
 
 
+def ledger_time(conn: sqlite3.Connection) -> int:
+    """The latest time the ledger has recorded (0 for an empty ledger)."""
+    return int(conn.execute("SELECT ms FROM cassette_ledger_time").fetchone()[0])
+
+
+def ledger_now(conn: sqlite3.Connection, clock: Clock) -> int:
+    """The time to date a write with: the later of the clock and the ledger's latest time.
+
+    Read inside the write transaction, so it is never earlier than anything committed;
+    someone else's future date is carried forward instead of refusing the honest writer.
+    """
+    return max(clock.now_ms(), ledger_time(conn))
+
+
 @contextmanager
 def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """BEGIN IMMEDIATE ... COMMIT; any exception rolls back and is translated."""

@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from .clock import Clock, SystemClock
-from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect, write_transaction
+from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect, ledger_now, write_transaction
 
 if TYPE_CHECKING:
     from .seals import AutoSeal
@@ -44,8 +44,12 @@ class LedgerFile:
         )
 
     def now_ms(self) -> int:
-        """The ledger clock: the same object the SQL function cassette_now_ms() reads."""
+        """The writer's clock: the same object the SQL function cassette_now_ms() reads."""
         return self.clock.now_ms()
+
+    def ledger_now(self, conn: sqlite3.Connection) -> int:
+        """The time a write is dated with, inside its transaction (``connection.ledger_now``)."""
+        return ledger_now(conn, self.clock)
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:

@@ -70,6 +70,43 @@ def apply_pending(conn: sqlite3.Connection) -> list[int]:
     return applied
 
 
+def reference_objects(version: int | None = None) -> list[tuple[str, str, str, str | None]]:
+    """(type, name, tbl_name, sql) of every schema object the first ``version`` migrations
+    create (all of them by default), SQLite's own included, in the order SQLite stores them.
+
+    Built in a private in-memory database with the package's functions registered, so it
+    is what an honest migration produced, whatever a file claims.
+    """
+    from .clock import SystemClock
+    from .connection import register_functions
+
+    memory = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        memory.execute("PRAGMA recursive_triggers = ON")
+        register_functions(memory, SystemClock())
+        for migration in sqlfiles.migrations()[:version]:
+            for statement in sqlfiles.statements(migration.sql):
+                memory.execute(statement)
+        rows = memory.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid")
+        return [(str(a), str(b), str(c), None if d is None else str(d)) for a, b, c, d in rows]
+    finally:
+        memory.close()
+
+
+SCHEMA_FILE_HEADER = """\
+-- The current full schema of a cassette ledger: every migration applied, as SQLite
+-- stores it. Generated, never edited: `python -m catalytic_cassette.migrate > schema/cassette.sql`
+-- (tests/test_migrations.py fails when it differs from what the migrations create).
+-- migrations/ is the authority and carries the comments that explain each rule.
+"""
+
+
+def full_schema_sql() -> str:
+    """The text of schema/cassette.sql: the SQL of every object the migrations create."""
+    statements = [sql + ";" for _, _, _, sql in reference_objects() if sql is not None]
+    return SCHEMA_FILE_HEADER + "\n" + "\n\n".join(statements) + "\n"
+
+
 def pending_versions(path: str) -> list[int]:
     """Versions a file still needs, read without changing it; all of them for a new file."""
     import os
@@ -90,3 +127,9 @@ def pending_versions(path: str) -> list[int]:
             f"schema version {version} is newer than this package ({latest})",
         )
     return list(range(version + 1, latest + 1))
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(full_schema_sql())

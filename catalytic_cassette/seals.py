@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import tree
-from .connection import write_transaction
+from .connection import ledger_time, write_transaction
 from .errors import CassetteError, ErrorCode
 from .note import Checkpoint, sign_note
 
@@ -100,6 +100,7 @@ def record_seal(
         root = tree.StoredTree(conn).root(size)
         note = sign_note(Checkpoint(chosen, size, root).to_text(), chosen, private_key)
         key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
+        now_ms = max(now_ms, ledger_time(conn))
         seal_id = int(
             conn.execute("SELECT coalesce(max(seal_id), 0) + 1 FROM cassette_seals").fetchone()[0]
         )

@@ -1,13 +1,7 @@
--- The current full schema of a cassette ledger (every migration applied).
--- tests/test_migrations.py proves that applying migrations/ from empty gives
--- exactly this schema.
---
--- Every guard below uses only SQLite built-ins, so a raw `sqlite3` connection
--- (foreign keys off, no registered functions) gets the same precise refusal
--- codes as the package. Rules that need the ledger clock or SHA-256 live in
--- schema/connection.sql (TEMP triggers installed by every package connection);
--- the `*_journaled` triggers here make any write that was not journaled by
--- those TEMP triggers fail closed with JOURNAL_REQUIRED.
+-- The current full schema of a cassette ledger: every migration applied, as SQLite
+-- stores it. Generated, never edited: `python -m catalytic_cassette.migrate > schema/cassette.sql`
+-- (tests/test_migrations.py fails when it differs from what the migrations create).
+-- migrations/ is the authority and carries the comments that explain each rule.
 
 CREATE TABLE cassette_meta (
     key TEXT PRIMARY KEY NOT NULL,
@@ -65,7 +59,6 @@ CREATE TABLE cassette_steps (
     UNIQUE (job_id, ordinal)
 ) STRICT;
 
--- Claim order: oldest message by insertion sequence, then job ordinal, then step ordinal.
 CREATE INDEX cassette_steps_claimable
     ON cassette_steps (run_id, message_id, job_ordinal, ordinal)
     WHERE status = 'PENDING';
@@ -94,8 +87,6 @@ CREATE TABLE cassette_receipts (
 
 CREATE INDEX cassette_receipts_by_run ON cassette_receipts (run_id, outcome);
 
--- A lease holder giving its step back before expiry. Recording the release is
--- what allows LEASED -> PENDING for an unexpired lease.
 CREATE TABLE cassette_releases (
     release_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (release_id > 0),
     step_id INTEGER NOT NULL,
@@ -106,7 +97,6 @@ CREATE TABLE cassette_releases (
     UNIQUE (step_id, fencing_token)
 ) STRICT;
 
--- The one hash chain of the whole ledger (LAW.md, "Journal encoding").
 CREATE TABLE cassette_journal (
     seq INTEGER PRIMARY KEY CONSTRAINT JOURNAL_BROKEN CHECK (seq >= 0),
     body TEXT NOT NULL CONSTRAINT JOURNAL_BROKEN CHECK (json_valid(body)),
@@ -118,43 +108,27 @@ CREATE TABLE cassette_journal (
 
 CREATE INDEX cassette_journal_by_row ON cassette_journal (tbl, row_key, seq);
 
--- ---------------------------------------------------------------- append-only
-
 CREATE TRIGGER cassette_meta_no_update BEFORE UPDATE ON cassette_meta
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be updated'); END;
+
 CREATE TRIGGER cassette_meta_no_delete BEFORE DELETE ON cassette_meta
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be deleted'); END;
--- Written only by the package's migration runner: a connection without the
--- package's functions (a raw shell) cannot add rows here.
-CREATE TRIGGER cassette_meta_insert_guard BEFORE INSERT ON cassette_meta
-BEGIN
-    SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be replaced')
-    WHERE EXISTS (SELECT 1 FROM cassette_meta WHERE key = NEW.key);
-    SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: only a cassette connection migrates the ledger')
-    WHERE NOT EXISTS (SELECT 1 FROM pragma_function_list WHERE name = 'cassette_chain_hash');
-END;
 
 CREATE TRIGGER cassette_migrations_no_update BEFORE UPDATE ON cassette_migrations
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be updated'); END;
+
 CREATE TRIGGER cassette_migrations_no_delete BEFORE DELETE ON cassette_migrations
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be deleted'); END;
--- Written only by the package's migration runner: a connection without the
--- package's functions (a raw shell) cannot add rows here.
-CREATE TRIGGER cassette_migrations_insert_guard BEFORE INSERT ON cassette_migrations
-BEGIN
-    SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be replaced')
-    WHERE EXISTS (SELECT 1 FROM cassette_migrations WHERE version = NEW.version);
-    SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: only a cassette connection migrates the ledger')
-    WHERE NOT EXISTS (SELECT 1 FROM pragma_function_list WHERE name = 'cassette_chain_hash');
-END;
 
 CREATE TRIGGER cassette_messages_no_update BEFORE UPDATE ON cassette_messages
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_messages rows cannot be updated'); END;
+
 CREATE TRIGGER cassette_messages_no_delete BEFORE DELETE ON cassette_messages
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_messages rows cannot be deleted'); END;
 
 CREATE TRIGGER cassette_jobs_no_update BEFORE UPDATE ON cassette_jobs
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_jobs rows cannot be updated'); END;
+
 CREATE TRIGGER cassette_jobs_no_delete BEFORE DELETE ON cassette_jobs
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_jobs rows cannot be deleted'); END;
 
@@ -163,20 +137,21 @@ BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_steps rows cannot be deleted');
 
 CREATE TRIGGER cassette_receipts_no_update BEFORE UPDATE ON cassette_receipts
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_receipts rows cannot be updated'); END;
+
 CREATE TRIGGER cassette_receipts_no_delete BEFORE DELETE ON cassette_receipts
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_receipts rows cannot be deleted'); END;
 
 CREATE TRIGGER cassette_releases_no_update BEFORE UPDATE ON cassette_releases
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_releases rows cannot be updated'); END;
+
 CREATE TRIGGER cassette_releases_no_delete BEFORE DELETE ON cassette_releases
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_releases rows cannot be deleted'); END;
 
 CREATE TRIGGER cassette_journal_no_update BEFORE UPDATE ON cassette_journal
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_journal rows cannot be updated'); END;
+
 CREATE TRIGGER cassette_journal_no_delete BEFORE DELETE ON cassette_journal
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_journal rows cannot be deleted'); END;
-
--- ------------------------------------------------------------------ messages
 
 CREATE TRIGGER cassette_messages_insert_guard BEFORE INSERT ON cassette_messages
 BEGIN
@@ -188,13 +163,10 @@ BEGIN
                   WHERE run_id = NEW.run_id AND idempotency_key = NEW.idempotency_key);
 END;
 
--- Messages are claimed in insertion order, so a new message must sort last.
 CREATE TRIGGER cassette_messages_in_order AFTER INSERT ON cassette_messages
 -- (a rowid range probe: max() would let the planner pick a covering index and scan it)
 WHEN EXISTS (SELECT 1 FROM cassette_messages WHERE message_id > NEW.message_id)
 BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: a message_id must be larger than every existing one'); END;
-
--- ---------------------------------------------------------------------- jobs
 
 CREATE TRIGGER cassette_jobs_insert_guard BEFORE INSERT ON cassette_jobs
 BEGIN
@@ -208,8 +180,6 @@ BEGIN
     SELECT RAISE(ABORT, 'RUN_MISMATCH: a job''s run_id must equal its message''s run_id')
     WHERE NEW.run_id IS NOT (SELECT run_id FROM cassette_messages WHERE message_id = NEW.message_id);
 END;
-
--- --------------------------------------------------------------------- steps
 
 CREATE TRIGGER cassette_steps_insert_guard BEFORE INSERT ON cassette_steps
 BEGIN
@@ -235,8 +205,6 @@ BEGIN
        OR NEW.lease_expires_at IS NOT NULL;
 END;
 
--- The step state machine: PENDING -> LEASED (claim), LEASED -> COMMITTED
--- (only by a receipt), LEASED -> PENDING (requeue or release). Nothing else.
 CREATE TRIGGER cassette_steps_update_guard BEFORE UPDATE ON cassette_steps
 BEGIN
     SELECT RAISE(ABORT, 'INVALID_STATUS: status is PENDING, LEASED or COMMITTED')
@@ -275,8 +243,6 @@ BEGIN
                       AND r.fencing_token = OLD.fencing_token AND r.worker_id = OLD.lease_owner);
 END;
 
--- ------------------------------------------------------------------ receipts
-
 CREATE TRIGGER cassette_receipts_insert_guard BEFORE INSERT ON cassette_receipts
 BEGIN
     SELECT RAISE(ABORT, 'INVALID_WORKER: worker_id is a string of 1-200 characters')
@@ -301,13 +267,10 @@ BEGIN
     WHERE NEW.worker_id IS NOT (SELECT lease_owner FROM cassette_steps WHERE step_id = NEW.step_id);
 END;
 
--- Inserting the receipt is what commits the step.
 CREATE TRIGGER cassette_receipts_commit_step AFTER INSERT ON cassette_receipts
 BEGIN
     UPDATE cassette_steps SET status = 'COMMITTED' WHERE step_id = NEW.step_id;
 END;
-
--- ------------------------------------------------------------------ releases
 
 CREATE TRIGGER cassette_releases_insert_guard BEFORE INSERT ON cassette_releases
 BEGIN
@@ -336,11 +299,6 @@ BEGIN
     WHERE step_id = NEW.step_id;
 END;
 
--- ------------------------------------------------------------------- journal
-
--- The journal accepts only the next seq with correct hashes. The hash checks
--- call the package's SHA-256 functions, so a connection without them cannot
--- insert journal rows at all (it fails closed with "no such function").
 CREATE TRIGGER cassette_journal_insert_guard BEFORE INSERT ON cassette_journal
 BEGIN
     SELECT RAISE(ABORT, 'JOURNAL_BROKEN: a journal entry continues the sequence and the chain')
@@ -353,27 +311,6 @@ BEGIN
               NEW.leaf_hash);
 END;
 
--- ------------------------------------------------------ fail closed: journaled
-
--- These run after the TEMP journaling triggers of a package connection (SQLite
--- runs TEMP triggers first). A connection without them wrote no journal row,
--- so its write is refused here. The unary + drops the column's affinity, which
--- would otherwise keep SQLite from using the row_key part of the index.
-CREATE TRIGGER cassette_messages_journaled AFTER INSERT ON cassette_messages
-WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_messages' AND row_key = +NEW.message_id)
-BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
-
-CREATE TRIGGER cassette_jobs_journaled AFTER INSERT ON cassette_jobs
-WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_jobs' AND row_key = +NEW.job_id)
-BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
-
-CREATE TRIGGER cassette_steps_journaled AFTER INSERT ON cassette_steps
-WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_steps' AND row_key = +NEW.step_id)
-BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
-
 CREATE TRIGGER cassette_steps_update_journaled AFTER UPDATE ON cassette_steps
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
                  WHERE seq = (SELECT max(seq) FROM cassette_journal)
@@ -381,18 +318,6 @@ WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
                    AND json_extract(body, '$.row.status') IS NEW.status
                    AND json_extract(body, '$.row.fencing_token') IS NEW.fencing_token)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
-
-CREATE TRIGGER cassette_receipts_journaled AFTER INSERT ON cassette_receipts
-WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_receipts' AND row_key = +NEW.receipt_id)
-BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
-
-CREATE TRIGGER cassette_releases_journaled AFTER INSERT ON cassette_releases
-WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_releases' AND row_key = +NEW.release_id)
-BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
-
--- ===================================================================== 0002
 
 CREATE TABLE cassette_actions (
     action_seq INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (action_seq > 0),
@@ -444,38 +369,49 @@ CREATE TABLE cassette_actions (
     metadata_json TEXT NOT NULL
         CONSTRAINT INVALID_METADATA CHECK (
             CASE WHEN json_valid(metadata_json) THEN json_type(metadata_json) = 'object' ELSE 0 END
-        ),
+        ), caused_by TEXT, rationale TEXT, category TEXT
+    CONSTRAINT INVALID_CATEGORY CHECK (
+        category IS NULL
+        OR category IN ('conversation', 'decision', 'file_edit', 'tool_use', 'research')
+    ),
     CONSTRAINT INVALID_ARTIFACT CHECK (arguments_json IS NULL OR arguments_artifact IS NULL),
     CONSTRAINT INVALID_ARTIFACT CHECK (result_json IS NULL OR result_artifact IS NULL)
 ) STRICT;
 
 CREATE INDEX cassette_actions_by_plan ON cassette_actions (plan_id, action_seq);
+
 CREATE INDEX cassette_actions_by_intent ON cassette_actions (intent_id, action_seq);
+
 CREATE INDEX cassette_actions_by_type ON cassette_actions (action_type, action_seq);
+
 CREATE INDEX cassette_actions_by_session ON cassette_actions (session_id, action_seq)
     WHERE session_id IS NOT NULL;
+
 CREATE INDEX cassette_actions_by_parent ON cassette_actions (parent_action_id, action_seq)
     WHERE parent_action_id IS NOT NULL;
--- The reasoning links an orchestrator may put in metadata.
+
 CREATE INDEX cassette_actions_by_link_intent
     ON cassette_actions (json_extract(metadata_json, '$.intent_id'), action_seq)
     WHERE json_extract(metadata_json, '$.intent_id') IS NOT NULL;
+
 CREATE INDEX cassette_actions_by_link_rule
     ON cassette_actions (json_extract(metadata_json, '$.constitutional_rule_id'), action_seq)
     WHERE json_extract(metadata_json, '$.constitutional_rule_id') IS NOT NULL;
+
 CREATE INDEX cassette_actions_by_link_delegation
     ON cassette_actions (json_extract(metadata_json, '$.delegation_decision_id'), action_seq)
     WHERE json_extract(metadata_json, '$.delegation_decision_id') IS NOT NULL;
+
 CREATE INDEX cassette_actions_by_link_attestation
     ON cassette_actions (json_extract(metadata_json, '$.capability_attestation_id'), action_seq)
     WHERE json_extract(metadata_json, '$.capability_attestation_id') IS NOT NULL;
 
 CREATE TRIGGER cassette_actions_no_update BEFORE UPDATE ON cassette_actions
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_actions rows cannot be updated'); END;
+
 CREATE TRIGGER cassette_actions_no_delete BEFORE DELETE ON cassette_actions
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_actions rows cannot be deleted'); END;
 
--- A parent must exist before its child, so the execution tree is acyclic by construction.
 CREATE TRIGGER cassette_actions_insert_guard BEFORE INSERT ON cassette_actions
 BEGIN
     SELECT RAISE(ABORT, 'APPEND_ONLY: an action with this action_seq exists')
@@ -492,32 +428,12 @@ CREATE TRIGGER cassette_actions_in_order AFTER INSERT ON cassette_actions
 WHEN EXISTS (SELECT 1 FROM cassette_actions WHERE action_seq > NEW.action_seq)
 BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: an action_seq must be larger than every existing one'); END;
 
-CREATE TRIGGER cassette_actions_journaled AFTER INSERT ON cassette_actions
-WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_actions' AND row_key = +NEW.action_id)
-BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
-
--- ===================================================================== 0003
-ALTER TABLE cassette_actions ADD COLUMN caused_by TEXT;
-ALTER TABLE cassette_actions ADD COLUMN rationale TEXT;
-ALTER TABLE cassette_actions ADD COLUMN category TEXT
-    CONSTRAINT INVALID_CATEGORY CHECK (
-        category IS NULL
-        OR category IN ('conversation', 'decision', 'file_edit', 'tool_use', 'research')
-    );
-
 CREATE INDEX cassette_actions_by_cause ON cassette_actions (caused_by, action_seq)
     WHERE caused_by IS NOT NULL;
 
--- The plan-level lifecycle actions of a plan, newest last: the plan's state is the type
--- of the last one.
 CREATE INDEX cassette_actions_plan_lifecycle ON cassette_actions (plan_id, action_seq)
     WHERE action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted', 'PlanAborted');
 
--- Serialized execution contexts of paused plans, content-addressed:
--- checkpoint_id = 'cp-' || lowercase hex SHA-256 of the UTF-8 bytes of context_json,
--- checked by schema/connection.sql (it needs SHA-256). context_json is the canonical
--- JSON {"context": ..., "plan_id": ...}, so equal contexts of one plan share an id.
 CREATE TABLE cassette_checkpoints (
     checkpoint_seq INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (checkpoint_seq > 0),
     checkpoint_id TEXT NOT NULL UNIQUE
@@ -536,7 +452,6 @@ CREATE TABLE cassette_checkpoints (
 
 CREATE INDEX cassette_checkpoints_by_plan ON cassette_checkpoints (plan_id, checkpoint_seq);
 
--- A cause must exist before its effect, so cause chains are acyclic by construction.
 CREATE TRIGGER cassette_actions_cause_guard BEFORE INSERT ON cassette_actions
 WHEN NEW.caused_by IS NOT NULL
 BEGIN
@@ -544,11 +459,6 @@ BEGIN
     WHERE NOT EXISTS (SELECT 1 FROM cassette_actions WHERE action_id = NEW.caused_by);
 END;
 
--- The plan lifecycle (LAW.md, "Plan lifecycle"). The state of a plan is the type of
--- its last plan-level lifecycle action: none, PlanStarted or PlanResumed (running),
--- PlanPaused (paused), PlanCompleted or PlanAborted (finished). Every action of a
--- finished plan is refused; the other rules concern lifecycle actions and checkpoint
--- references only, so the common actions (capability calls) skip them.
 CREATE TRIGGER cassette_actions_lifecycle_guard BEFORE INSERT ON cassette_actions
 WHEN NEW.action_type GLOB 'Plan*'
   OR CASE WHEN json_valid(NEW.metadata_json)
@@ -617,8 +527,6 @@ BEGIN
                         AND k.plan_id = NEW.plan_id);
 END;
 
--- Created after the lifecycle guard so that it fires first (SQLite runs the newest
--- trigger of an event first): an action of a finished plan is always PLAN_FINISHED.
 CREATE TRIGGER cassette_actions_plan_finished BEFORE INSERT ON cassette_actions
 BEGIN
     SELECT RAISE(ABORT, 'PLAN_FINISHED: the plan has completed or aborted')
@@ -631,6 +539,7 @@ END;
 
 CREATE TRIGGER cassette_checkpoints_no_update BEFORE UPDATE ON cassette_checkpoints
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_checkpoints rows cannot be updated'); END;
+
 CREATE TRIGGER cassette_checkpoints_no_delete BEFORE DELETE ON cassette_checkpoints
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_checkpoints rows cannot be deleted'); END;
 
@@ -642,17 +551,6 @@ BEGIN
     WHERE EXISTS (SELECT 1 FROM cassette_checkpoints WHERE checkpoint_id = NEW.checkpoint_id);
 END;
 
-CREATE TRIGGER cassette_checkpoints_journaled AFTER INSERT ON cassette_checkpoints
-WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
-                 WHERE tbl = 'cassette_checkpoints' AND row_key = +NEW.checkpoint_id)
-BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
-
-
--- ===================================================================== 0004
--- A complete aligned subtree of `2^level` leaves whose last leaf is journal seq
--- `leaf_end`. The key orders nodes as they complete (by their last leaf, then level), so
--- verify reads them in one pass beside the journal. Leaves (level 0) are the journal's
--- own leaf_hash column.
 CREATE TABLE cassette_tree_nodes (
     leaf_end INTEGER NOT NULL CONSTRAINT TREE_BROKEN CHECK (leaf_end >= 1),
     level INTEGER NOT NULL CONSTRAINT TREE_BROKEN CHECK (level BETWEEN 1 AND 62),
@@ -667,9 +565,6 @@ BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_tree_nodes rows cannot be updat
 CREATE TRIGGER cassette_tree_nodes_no_delete BEFORE DELETE ON cassette_tree_nodes
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_tree_nodes rows cannot be deleted'); END;
 
--- A node is the hash of its two children, which must exist. The hash check calls the
--- package's cassette_node_hash, so a connection without it cannot add nodes at all
--- (it fails closed with "no such function"), like the journal.
 CREATE TRIGGER cassette_tree_nodes_insert_guard BEFORE INSERT ON cassette_tree_nodes
 BEGIN
     SELECT RAISE(ABORT, 'APPEND_ONLY: this tree node exists')
@@ -688,9 +583,6 @@ BEGIN
                    WHERE leaf_end = NEW.leaf_end AND level = NEW.level - 1) END);
 END;
 
--- Appending leaf `seq` completes the subtrees of 2, 4, 8, ... leaves that end at it:
--- level l completes when (seq + 1) is a multiple of 2^l. One statement computes them
--- bottom up, each from its completed left sibling and the node below it.
 CREATE TRIGGER cassette_journal_grow_tree AFTER INSERT ON cassette_journal
 WHEN NEW.seq % 2 = 1
 BEGIN
@@ -710,9 +602,6 @@ BEGIN
     );
 END;
 
--- A seal: a signed checkpoint (c2sp.org/tlog-checkpoint in a c2sp.org/signed-note) of the
--- first `tree_size` journal entries, as written to the file kept outside the ledger.
--- Recording it journals it, so a seal of size n is itself journal entry n or later.
 CREATE TABLE cassette_seals (
     seal_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (seal_id > 0),
     tree_size INTEGER NOT NULL CONSTRAINT INVALID_SEAL CHECK (tree_size >= 1),
@@ -738,11 +627,6 @@ BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_seals rows cannot be updated');
 CREATE TRIGGER cassette_seals_no_delete BEFORE DELETE ON cassette_seals
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_seals rows cannot be deleted'); END;
 
--- The sealed root must be the root of the ledger's first tree_size entries. The root
--- of n leaves folds the complete subtrees of n's binary digits, smallest first: for
--- bit b, the subtree of 2^b leaves ending at leaf ((n >> (b + 1)) << (b + 1)) + 2^b - 1.
--- Calls cassette_node_hash, so only a package connection records seals. One trigger, so
--- the checks run in this order (SQLite fires the newest BEFORE trigger first).
 CREATE TRIGGER cassette_seals_insert_guard BEFORE INSERT ON cassette_seals
 BEGIN
     SELECT RAISE(ABORT, 'APPEND_ONLY: a seal with this seal_id exists')
@@ -779,7 +663,253 @@ BEGIN
     );
 END;
 
+CREATE TRIGGER cassette_messages_dense AFTER INSERT ON cassette_messages
+WHEN NEW.message_id > 1
+ AND NOT EXISTS (SELECT 1 FROM cassette_messages NOT INDEXED WHERE message_id = NEW.message_id - 1)
+BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: message_id must follow the last one'); END;
+
+CREATE TRIGGER cassette_jobs_dense AFTER INSERT ON cassette_jobs
+WHEN NEW.job_id > 1
+ AND NOT EXISTS (SELECT 1 FROM cassette_jobs NOT INDEXED WHERE job_id = NEW.job_id - 1)
+BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: job_id must follow the last one'); END;
+
+CREATE TRIGGER cassette_steps_dense AFTER INSERT ON cassette_steps
+WHEN NEW.step_id > 1
+ AND NOT EXISTS (SELECT 1 FROM cassette_steps NOT INDEXED WHERE step_id = NEW.step_id - 1)
+BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: step_id must follow the last one'); END;
+
+CREATE TRIGGER cassette_receipts_dense AFTER INSERT ON cassette_receipts
+WHEN NEW.receipt_id > 1
+ AND NOT EXISTS (SELECT 1 FROM cassette_receipts NOT INDEXED WHERE receipt_id = NEW.receipt_id - 1)
+BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: receipt_id must follow the last one'); END;
+
+CREATE TRIGGER cassette_releases_dense AFTER INSERT ON cassette_releases
+WHEN NEW.release_id > 1
+ AND NOT EXISTS (SELECT 1 FROM cassette_releases NOT INDEXED WHERE release_id = NEW.release_id - 1)
+BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: release_id must follow the last one'); END;
+
+CREATE TRIGGER cassette_actions_dense AFTER INSERT ON cassette_actions
+WHEN NEW.action_seq > 1
+ AND NOT EXISTS (SELECT 1 FROM cassette_actions NOT INDEXED WHERE action_seq = NEW.action_seq - 1)
+BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: action_seq must follow the last one'); END;
+
+CREATE TRIGGER cassette_checkpoints_dense AFTER INSERT ON cassette_checkpoints
+WHEN NEW.checkpoint_seq > 1
+ AND NOT EXISTS (SELECT 1 FROM cassette_checkpoints NOT INDEXED
+                 WHERE checkpoint_seq = NEW.checkpoint_seq - 1)
+BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: checkpoint_seq must follow the last one'); END;
+
+CREATE TRIGGER cassette_seals_dense AFTER INSERT ON cassette_seals
+WHEN NEW.seal_id > 1
+ AND NOT EXISTS (SELECT 1 FROM cassette_seals NOT INDEXED WHERE seal_id = NEW.seal_id - 1)
+BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: seal_id must follow the last one'); END;
+
+CREATE TRIGGER cassette_messages_numbers AFTER INSERT ON cassette_messages
+WHEN NEW.payload_json GLOB '*[0-9][eE]*'
+  OR NEW.payload_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: a number is outside what a 64-bit integer or a finite double holds')
+    WHERE json_valid(NEW.payload_json) AND EXISTS (
+        SELECT 1 FROM json_tree(NEW.payload_json)
+        WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+           OR (type = 'integer' AND typeof(atom) IS NOT 'integer'));
+END;
+
+CREATE TRIGGER cassette_steps_numbers AFTER INSERT ON cassette_steps
+WHEN NEW.payload_json GLOB '*[0-9][eE]*'
+  OR NEW.payload_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: a number is outside what a 64-bit integer or a finite double holds')
+    WHERE json_valid(NEW.payload_json) AND EXISTS (
+        SELECT 1 FROM json_tree(NEW.payload_json)
+        WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+           OR (type = 'integer' AND typeof(atom) IS NOT 'integer'));
+END;
+
+CREATE TRIGGER cassette_receipts_numbers AFTER INSERT ON cassette_receipts
+WHEN NEW.receipt_json GLOB '*[0-9][eE]*'
+  OR NEW.receipt_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: a number is outside what a 64-bit integer or a finite double holds')
+    WHERE json_valid(NEW.receipt_json) AND EXISTS (
+        SELECT 1 FROM json_tree(NEW.receipt_json)
+        WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+           OR (type = 'integer' AND typeof(atom) IS NOT 'integer'));
+END;
+
+CREATE TRIGGER cassette_checkpoints_numbers AFTER INSERT ON cassette_checkpoints
+WHEN NEW.context_json GLOB '*[0-9][eE]*'
+  OR NEW.context_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: a number is outside what a 64-bit integer or a finite double holds')
+    WHERE json_valid(NEW.context_json) AND EXISTS (
+        SELECT 1 FROM json_tree(NEW.context_json)
+        WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+           OR (type = 'integer' AND typeof(atom) IS NOT 'integer'));
+END;
+
+CREATE TRIGGER cassette_actions_numbers AFTER INSERT ON cassette_actions
+WHEN coalesce(NEW.arguments_json, '') || ' ' || coalesce(NEW.result_json, '') || ' '
+     || coalesce(NEW.metadata_json, '') GLOB '*[0-9][eE]*'
+  OR coalesce(NEW.arguments_json, '') || ' ' || coalesce(NEW.result_json, '') || ' '
+     || coalesce(NEW.metadata_json, '') GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: a number is outside what a 64-bit integer or a finite double holds')
+    WHERE EXISTS (
+        SELECT 1 FROM json_tree(json_array(
+            CASE WHEN json_valid(NEW.arguments_json) THEN json(NEW.arguments_json) END,
+            CASE WHEN json_valid(NEW.result_json) THEN json(NEW.result_json) END,
+            CASE WHEN json_valid(NEW.metadata_json) THEN json(NEW.metadata_json) END))
+        WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+           OR (type = 'integer' AND typeof(atom) IS NOT 'integer'));
+END;
+
+CREATE TRIGGER cassette_actions_artifact_refs AFTER INSERT ON cassette_actions
+WHEN NEW.arguments_artifact IS NOT NULL OR NEW.result_artifact IS NOT NULL
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_ARTIFACT: a reference is {"sha256": 64 hex digits, "size": n >= 0, "path": "<folder>/<sha256>"}')
+    FROM (SELECT NEW.arguments_artifact AS ref UNION ALL SELECT NEW.result_artifact)
+    WHERE ref IS NOT NULL
+      AND NOT coalesce(CASE WHEN json_valid(ref) AND json_type(ref) = 'object' THEN
+              json_type(ref, '$.sha256') = 'text'
+              AND length(json_extract(ref, '$.sha256')) = 64
+              AND json_extract(ref, '$.sha256') NOT GLOB '*[^0-9a-f]*'
+              AND json_type(ref, '$.size') = 'integer' AND json_extract(ref, '$.size') >= 0
+              AND (json_type(ref, '$.path') IS NULL OR (
+                   json_type(ref, '$.path') = 'text'
+                   AND json_extract(ref, '$.path') NOT GLOB '/*'
+                   AND '/' || json_extract(ref, '$.path') || '/' NOT GLOB '*/../*'
+                   AND '/' || json_extract(ref, '$.path') || '/' NOT GLOB '*/./*'
+                   AND instr(json_extract(ref, '$.path'), char(92)) = 0
+                   AND json_extract(ref, '$.path') GLOB '*/' || json_extract(ref, '$.sha256')))
+          END, 0);
+END;
+
+CREATE TRIGGER cassette_tree_nodes_bounded BEFORE INSERT ON cassette_tree_nodes
+BEGIN
+    SELECT RAISE(ABORT, 'TREE_BROKEN: a tree node covers only journaled entries')
+    WHERE typeof(NEW.leaf_end) IS NOT 'integer'
+       OR NEW.leaf_end > coalesce((SELECT seq FROM cassette_journal NOT INDEXED
+                                   ORDER BY seq DESC LIMIT 1), -1);
+END;
+
+CREATE TRIGGER cassette_migrations_insert_guard BEFORE INSERT ON cassette_migrations
+BEGIN
+    SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be replaced')
+    WHERE EXISTS (SELECT 1 FROM cassette_migrations WHERE version = NEW.version);
+    SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: only a cassette connection migrates the ledger')
+    WHERE NOT EXISTS (SELECT 1 FROM pragma_function_list WHERE name = 'cassette_chain_hash');
+    SELECT RAISE(ABORT, 'MIGRATION_FAILED: only the migration being applied records itself')
+    WHERE NEW.version IS NOT 5 OR NEW.name IS NOT 'trust'
+       OR typeof(NEW.sha256) IS NOT 'text' OR length(NEW.sha256) IS NOT 64
+       OR NEW.sha256 GLOB '*[^0-9a-f]*';
+END;
+
+CREATE TRIGGER cassette_meta_insert_guard BEFORE INSERT ON cassette_meta
+BEGIN
+    SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be replaced')
+    WHERE EXISTS (SELECT 1 FROM cassette_meta WHERE key = NEW.key);
+    SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: only a cassette connection migrates the ledger')
+    WHERE NOT EXISTS (SELECT 1 FROM pragma_function_list WHERE name = 'cassette_chain_hash');
+    SELECT RAISE(ABORT, 'MIGRATION_FAILED: cassette_meta holds only format and ledger_id')
+    WHERE NOT ((NEW.key IS 'format' AND NEW.value IS 'catalytic-cassette')
+            OR (NEW.key IS 'ledger_id' AND length(NEW.value) = 32
+                AND NEW.value NOT GLOB '*[^0-9a-f]*'));
+END;
+
+CREATE VIEW cassette_ledger_time (ms) AS
+SELECT max(
+    coalesce((SELECT created_at FROM cassette_messages NOT INDEXED ORDER BY message_id DESC LIMIT 1), 0),
+    coalesce((SELECT created_at FROM cassette_jobs NOT INDEXED ORDER BY job_id DESC LIMIT 1), 0),
+    coalesce((SELECT created_at FROM cassette_steps NOT INDEXED ORDER BY step_id DESC LIMIT 1), 0),
+    coalesce((SELECT created_at FROM cassette_receipts NOT INDEXED ORDER BY receipt_id DESC LIMIT 1), 0),
+    coalesce((SELECT created_at FROM cassette_releases NOT INDEXED ORDER BY release_id DESC LIMIT 1), 0),
+    coalesce((SELECT timestamp FROM cassette_actions NOT INDEXED ORDER BY action_seq DESC LIMIT 1), 0),
+    coalesce((SELECT created_at FROM cassette_checkpoints NOT INDEXED ORDER BY checkpoint_seq DESC LIMIT 1), 0),
+    coalesce((SELECT created_at FROM cassette_seals NOT INDEXED ORDER BY seal_id DESC LIMIT 1), 0));
+
+CREATE TRIGGER cassette_messages_time AFTER INSERT ON cassette_messages
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
+  OR NEW.created_at < (SELECT created_at FROM cassette_messages NOT INDEXED WHERE message_id = NEW.message_id - 1)
+BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+
+CREATE TRIGGER cassette_jobs_time AFTER INSERT ON cassette_jobs
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
+  OR NEW.created_at < (SELECT created_at FROM cassette_jobs NOT INDEXED WHERE job_id = NEW.job_id - 1)
+BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+
+CREATE TRIGGER cassette_steps_time AFTER INSERT ON cassette_steps
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
+  OR NEW.created_at < (SELECT created_at FROM cassette_steps NOT INDEXED WHERE step_id = NEW.step_id - 1)
+BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+
+CREATE TRIGGER cassette_receipts_time AFTER INSERT ON cassette_receipts
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
+  OR NEW.created_at < (SELECT created_at FROM cassette_receipts NOT INDEXED WHERE receipt_id = NEW.receipt_id - 1)
+BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+
+CREATE TRIGGER cassette_releases_time AFTER INSERT ON cassette_releases
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
+  OR NEW.created_at < (SELECT created_at FROM cassette_releases NOT INDEXED WHERE release_id = NEW.release_id - 1)
+BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+
+CREATE TRIGGER cassette_actions_time AFTER INSERT ON cassette_actions
+WHEN typeof(NEW.timestamp) IS NOT 'integer' OR NEW.timestamp < (SELECT ms FROM cassette_ledger_time)
+  OR NEW.timestamp < (SELECT timestamp FROM cassette_actions NOT INDEXED WHERE action_seq = NEW.action_seq - 1)
+BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: timestamp is an integer no earlier than the ledger''s latest time'); END;
+
+CREATE TRIGGER cassette_checkpoints_time AFTER INSERT ON cassette_checkpoints
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
+  OR NEW.created_at < (SELECT created_at FROM cassette_checkpoints NOT INDEXED WHERE checkpoint_seq = NEW.checkpoint_seq - 1)
+BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+
+CREATE TRIGGER cassette_seals_time AFTER INSERT ON cassette_seals
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
+  OR NEW.created_at < (SELECT created_at FROM cassette_seals NOT INDEXED WHERE seal_id = NEW.seal_id - 1)
+BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+
+CREATE TRIGGER cassette_steps_lease_time AFTER UPDATE ON cassette_steps
+WHEN OLD.status = 'PENDING' AND NEW.status IS 'LEASED'
+ AND typeof(NEW.lease_expires_at) = 'integer'
+ AND NEW.lease_expires_at <= (SELECT ms FROM cassette_ledger_time)
+BEGIN SELECT RAISE(ABORT, 'INVALID_TTL: a lease must expire after the ledger''s latest time'); END;
+
+CREATE TRIGGER cassette_messages_journaled AFTER INSERT ON cassette_messages
+WHEN NOT EXISTS (SELECT 1 FROM cassette_journal INDEXED BY cassette_journal_by_row
+                 WHERE tbl = 'cassette_messages' AND row_key = +NEW.message_id)
+BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
+
+CREATE TRIGGER cassette_jobs_journaled AFTER INSERT ON cassette_jobs
+WHEN NOT EXISTS (SELECT 1 FROM cassette_journal INDEXED BY cassette_journal_by_row
+                 WHERE tbl = 'cassette_jobs' AND row_key = +NEW.job_id)
+BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
+
+CREATE TRIGGER cassette_steps_journaled AFTER INSERT ON cassette_steps
+WHEN NOT EXISTS (SELECT 1 FROM cassette_journal INDEXED BY cassette_journal_by_row
+                 WHERE tbl = 'cassette_steps' AND row_key = +NEW.step_id)
+BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
+
+CREATE TRIGGER cassette_receipts_journaled AFTER INSERT ON cassette_receipts
+WHEN NOT EXISTS (SELECT 1 FROM cassette_journal INDEXED BY cassette_journal_by_row
+                 WHERE tbl = 'cassette_receipts' AND row_key = +NEW.receipt_id)
+BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
+
+CREATE TRIGGER cassette_releases_journaled AFTER INSERT ON cassette_releases
+WHEN NOT EXISTS (SELECT 1 FROM cassette_journal INDEXED BY cassette_journal_by_row
+                 WHERE tbl = 'cassette_releases' AND row_key = +NEW.release_id)
+BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
+
+CREATE TRIGGER cassette_actions_journaled AFTER INSERT ON cassette_actions
+WHEN NOT EXISTS (SELECT 1 FROM cassette_journal INDEXED BY cassette_journal_by_row
+                 WHERE tbl = 'cassette_actions' AND row_key = +NEW.action_id)
+BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
+
+CREATE TRIGGER cassette_checkpoints_journaled AFTER INSERT ON cassette_checkpoints
+WHEN NOT EXISTS (SELECT 1 FROM cassette_journal INDEXED BY cassette_journal_by_row
+                 WHERE tbl = 'cassette_checkpoints' AND row_key = +NEW.checkpoint_id)
+BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
+
 CREATE TRIGGER cassette_seals_journaled AFTER INSERT ON cassette_seals
-WHEN NOT EXISTS (SELECT 1 FROM cassette_journal
+WHEN NOT EXISTS (SELECT 1 FROM cassette_journal INDEXED BY cassette_journal_by_row
                  WHERE tbl = 'cassette_seals' AND row_key = +NEW.seal_id)
 BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;

@@ -14,20 +14,23 @@
 -- SQLite runs TEMP triggers before the main schema's triggers of the same event.
 
 -- ------------------------------------------------------------ clock rules
+-- "Now" is the ledger clock: the later of the writer's clock and the latest time the
+-- ledger has recorded (the cassette_ledger_time view), so time never runs backwards.
 
 CREATE TEMP TRIGGER cassette_steps_clock_guard BEFORE UPDATE ON main.cassette_steps
 BEGIN
     SELECT RAISE(ABORT, 'INVALID_TTL: a lease must expire in the future')
     WHERE OLD.status = 'PENDING' AND NEW.status IS 'LEASED'
       AND typeof(NEW.lease_expires_at) = 'integer'
-      AND NEW.lease_expires_at <= cassette_now_ms();
+      AND NEW.lease_expires_at <= max(cassette_now_ms(), (SELECT ms FROM cassette_ledger_time));
     SELECT RAISE(ABORT, 'INVALID_TTL: a lease may last at most 30 days')
     WHERE OLD.status = 'PENDING' AND NEW.status IS 'LEASED'
       AND typeof(NEW.lease_expires_at) = 'integer'
-      AND NEW.lease_expires_at > cassette_now_ms() + 2592000000;
+      AND NEW.lease_expires_at
+          > max(cassette_now_ms(), (SELECT ms FROM cassette_ledger_time)) + 2592000000;
     SELECT RAISE(ABORT, 'LEASE_NOT_EXPIRED: only an expired or released lease is requeued')
     WHERE OLD.status = 'LEASED' AND NEW.status IS 'PENDING'
-      AND OLD.lease_expires_at > cassette_now_ms()
+      AND OLD.lease_expires_at > max(cassette_now_ms(), (SELECT ms FROM cassette_ledger_time))
       AND NOT EXISTS (SELECT 1 FROM cassette_releases
                       WHERE step_id = OLD.step_id AND fencing_token = OLD.fencing_token);
 END;
@@ -38,7 +41,7 @@ WHEN NEW.outcome IS NOT 'ABORTED'
              WHERE s.step_id = NEW.step_id AND s.status = 'LEASED'
                AND s.run_id IS NEW.run_id AND s.job_id IS NEW.job_id
                AND s.fencing_token IS NEW.fencing_token AND s.lease_owner IS NEW.worker_id
-               AND s.lease_expires_at <= cassette_now_ms())
+               AND s.lease_expires_at <= max(cassette_now_ms(), (SELECT ms FROM cassette_ledger_time)))
 BEGIN
     SELECT RAISE(ABORT, 'LEASE_EXPIRED: the lease expired before the receipt; only ABORTED is accepted');
 END;

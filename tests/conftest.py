@@ -110,3 +110,23 @@ def action_dict(
         "session_id": session,
         "arguments": [name],
     }
+
+
+def record_future_migration(path: Path, version: int, name: str = "future") -> None:
+    """What a newer package's migration does to this file: it re-creates the migrations
+    guard for its own version (as every migration from 0005 on does), then records it."""
+    conn = sqlite3.connect(path)
+    conn.create_function("cassette_chain_hash", 3, lambda *args: None)  # a package connection
+    conn.execute("DROP TRIGGER cassette_migrations_insert_guard")
+    conn.execute(
+        "CREATE TRIGGER cassette_migrations_insert_guard BEFORE INSERT ON cassette_migrations"
+        f" WHEN NEW.version IS NOT {int(version)} BEGIN"
+        " SELECT RAISE(ABORT, 'MIGRATION_FAILED: only the migration being applied records itself');"
+        " END"
+    )
+    conn.execute(
+        "INSERT INTO cassette_migrations (version, name, sha256) VALUES (?, ?, ?)",
+        (version, name, "ab" * 32),
+    )
+    conn.commit()
+    conn.close()

@@ -31,6 +31,7 @@ from catalytic_cassette import (
 from catalytic_cassette.anchor import load_anchors
 from catalytic_cassette.backup import backup, restore, seal_path_for
 from catalytic_cassette.chain import CausalChain
+from catalytic_cassette.connection import ledger_time
 from catalytic_cassette.errors import translate
 from catalytic_cassette.merkle import MemoryTree, root_from_leaves
 from catalytic_cassette.migrate import APPLICATION_ID
@@ -372,7 +373,7 @@ def _seal_row(conn: sqlite3.Connection, size: int, root: bytes | None = None) ->
         origin,
         ed25519_key_id(origin, PUBLIC).hex(),
         note,
-        1,
+        ledger_time(conn),
     )
 
 
@@ -618,6 +619,7 @@ def test_a_seal_is_a_signed_checkpoint_of_the_ledger(
         cassette.post_message({"n": n}, "run", "USER")
     conn = cassette.conn
     size = tree.size(conn)
+    dated = ledger_time(conn)  # a seal is dated no earlier than the ledger's latest time
     seal = record_seal(conn, KEY, now_ms=42, origin=None)
     origin = default_origin(conn)
     assert origin.startswith(ORIGIN_PREFIX) and seal.origin == origin
@@ -638,7 +640,8 @@ def test_a_seal_is_a_signed_checkpoint_of_the_ledger(
     row = conn.execute(
         "SELECT seal_id, tree_size, root_hex, origin, key_id, note, created_at FROM cassette_seals"
     ).fetchone()
-    assert row == (1, size, seal.root.hex(), origin, seal.key_id, seal.note.decode(), 42)
+    assert dated > 42
+    assert row == (1, size, seal.root.hex(), origin, seal.key_id, seal.note.decode(), dated)
     assert latest_seal(conn) == seal
     entry = conn.execute(
         "SELECT tbl, row_key FROM cassette_journal WHERE seq = ?", (size,)

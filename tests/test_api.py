@@ -909,7 +909,7 @@ def test_a_failed_call_leaves_no_transaction_and_no_partial_rows(
     with pytest.raises(RuntimeError), write_transaction(cassette.conn) as conn:
         conn.execute(
             "INSERT INTO cassette_messages (run_id, source, payload_json, created_at)"
-            " VALUES ('A', 'USER', '{}', 0)"
+            " VALUES ('A', 'USER', '{}', (SELECT ms FROM cassette_ledger_time))"
         )
         raise RuntimeError("the caller failed half way")
     assert cassette.conn.in_transaction is False

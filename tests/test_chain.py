@@ -568,10 +568,10 @@ def test_the_package_connection_translates_the_same_guards(chain: CausalChain) -
         with pytest.raises(sqlite3.IntegrityError) as excinfo:
             chain.conn.execute(sql)
         assert translate(excinfo.value).code is code
-    # journaled by the TEMP trigger, a lower action_seq still meets the ordering guard
+    # journaled by the TEMP trigger, an action_seq past the next one meets the dense-id guard
     chain.conn.execute("BEGIN IMMEDIATE")
     try:
-        _raw_insert(chain.conn, _valid_raw(action_id=uid(10), action_seq=10))
+        _raw_insert(chain.conn, _valid_raw(action_id=uid(10), action_seq=2))
         with pytest.raises(sqlite3.IntegrityError) as excinfo:
             _raw_insert(chain.conn, _valid_raw(action_id=uid(5), action_seq=5))
         assert translate(excinfo.value).code is ErrorCode.OUT_OF_ORDER

@@ -22,7 +22,7 @@ from catalytic_cassette.cli import cli
 from catalytic_cassette.migrate import current_version
 from catalytic_cassette.payloads import MAX_PAYLOAD_BYTES
 
-from .conftest import dump, file_digest
+from .conftest import dump, file_digest, record_future_migration
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_LINE = re.compile(r"^error: ([A-Z][A-Z_]+): \S.*$")
@@ -929,15 +929,7 @@ def test_sqlite_database_that_is_not_a_cassette(
 
 def _make_newer(path: Path) -> None:
     """A cassette whose cassette_migrations claims a version this package does not know."""
-    conn = sqlite3.connect(path)
-    # a newer package's migration runner: it has the package's SQL functions
-    conn.create_function("cassette_chain_hash", 3, lambda *args: None)
-    conn.execute(
-        "INSERT INTO cassette_migrations (version, name, sha256) VALUES (999, 'future', ?)",
-        ("ab" * 32,),
-    )
-    conn.commit()
-    conn.close()
+    record_future_migration(path, 999)
 
 
 @pytest.mark.parametrize("args", OPENING_COMMANDS)

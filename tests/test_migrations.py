@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from catalytic_cassette import CassetteError, ErrorCode, MessageCassette, connect, sqlfiles
-from catalytic_cassette.migrate import APPLICATION_ID, current_version
+from catalytic_cassette.migrate import APPLICATION_ID, current_version, full_schema_sql
 
-from .conftest import dump, file_digest
+from .conftest import dump, file_digest, record_future_migration
 
 
 def _normalise(sql: str) -> str:
@@ -41,6 +41,11 @@ def test_migrating_from_empty_gives_the_schema_file(db_path: Path) -> None:
         reference.execute(statement)
     assert _structure(migrated) == _structure(reference)
     assert len(_structure(reference)) > 30
+
+
+def test_the_schema_file_is_what_the_migrations_generate() -> None:
+    """schema/cassette.sql is generated (python -m catalytic_cassette.migrate), never edited."""
+    assert sqlfiles.schema_sql("cassette.sql") == full_schema_sql()
 
 
 def test_a_new_ledger_is_marked_and_versioned(db_path: Path) -> None:
@@ -83,14 +88,7 @@ def test_a_failed_migration_leaves_the_file_unchanged(
 
 def test_a_newer_schema_is_refused(db_path: Path) -> None:
     connect(db_path).close()
-    raw = sqlite3.connect(db_path)
-    raw.create_function("cassette_chain_hash", 3, lambda *args: None)  # as a newer package has
-    raw.execute(
-        "INSERT INTO cassette_migrations (version, name, sha256) VALUES (?, 'future', ?)",
-        (current_version() + 1, "0" * 64),
-    )
-    raw.commit()
-    raw.close()
+    record_future_migration(db_path, current_version() + 1)
     before = file_digest(db_path)
     with pytest.raises(CassetteError) as caught:
         connect(db_path)

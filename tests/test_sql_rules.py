@@ -44,7 +44,7 @@ E = ErrorCode
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000_000  # ManualClock's default start
 NOW = T0 + 61_000  # the ledger clock when build_ledger is done
-TS = str(T0)
+TS = str(NOW)  # rows are dated no earlier than the ledger's latest time
 LATER = str(T0 + 999_000)  # a plausible future expiry for forged claims
 
 STEP_COLUMNS = (
@@ -1121,7 +1121,7 @@ PACKAGE_CASES = cases(
             "delete-journal": "DELETE FROM cassette_journal",
         },
         E.IDEMPOTENCY_CONFLICT: {"reuse-idempotency-key": row(M, idempotency_key="'k1'")},
-        E.OUT_OF_ORDER: {"message-below-the-largest-id": row(M, message_id="5")},
+        E.OUT_OF_ORDER: {"message-id-beyond-the-next": row(M, message_id="6")},
         E.ILLEGAL_TRANSITION: {
             "pending-to-committed": upd(4, "status = 'COMMITTED'"),
             "un-commit": upd(1, REQUEUE),
@@ -1184,8 +1184,8 @@ def test_package_transaction_with_a_refused_statement_rolls_back_whole(
 ) -> None:
     conn = cassette.conn
     before = snapshot(ledger)
-    # legal and journaled (an explicit id is allowed if it is the largest): must vanish
-    partial = row(M, message_id="10", payload_json="'{\"partial\":true}'")
+    # legal and journaled (an explicit id is allowed if it is the next one): must vanish
+    partial = row(M, message_id="4", payload_json="'{\"partial\":true}'")
     with pytest.raises(CassetteError) as caught, write_transaction(conn) as tx:
         tx.execute(partial)
         tx.execute(sql)
