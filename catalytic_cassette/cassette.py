@@ -461,6 +461,7 @@ class MessageCassette(LedgerFile):
 
     def verify_cassette(self, run_id: str | None = None) -> VerifyReport:
         """Check structure, the journal chain, state against history and consistency."""
-        from .verify import verify_connection
+        from .verify import VerifyOptions, verify_connection
 
-        return verify_connection(self.conn, run_id=run_id, now_ms=self.now_ms())
+        options = VerifyOptions(run_id=run_id, now_ms=self.now_ms())
+        return verify_connection(self.conn, options)

@@ -17,6 +17,7 @@ from catalytic_cassette.connection import connect_readonly, read_transaction
 from catalytic_cassette.seals import record_seal
 from catalytic_cassette.verify import (
     LEDGER_TABLES,
+    VerifyOptions,
     VerifyReport,
     _same_snapshot,
     verify_connection,
@@ -294,9 +295,9 @@ def test_random_byte_flips_never_pass_unnoticed(ledger: Path, tmp_path: Path) ->
 def test_progress_reports_every_journal_row_once(
     ledger: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from catalytic_cassette import verify
+    from catalytic_cassette.verify import chain
 
-    monkeypatch.setattr(verify, "PROGRESS_EVERY", 7)
+    monkeypatch.setattr(chain, "PROGRESS_EVERY", 7)
     steps: list[int] = []
     report = verify_path(str(ledger), progress=steps.append)
     assert report.ok
@@ -312,7 +313,9 @@ def _inline(path: Path) -> VerifyReport:
     conn = connect_readonly(path)
     try:
         with read_transaction(conn):
-            return verify_connection(conn, now_ms=SystemClock().now_ms(), db_dir=path.parent)
+            return verify_connection(
+                conn, VerifyOptions(now_ms=SystemClock().now_ms(), db_dir=path.parent)
+            )
     finally:
         conn.close()
 
@@ -345,7 +348,7 @@ def test_the_state_thread_reads_the_same_snapshot_or_none(ledger: Path) -> None:
                 chain.save_checkpoint("p", {"cursor": 99})
             assert _same_snapshot(conn, str(ledger), 1) == ()
             # ... and verify then runs every check on its own snapshot
-            report = verify_connection(conn, now_ms=SystemClock().now_ms())
+            report = verify_connection(conn, VerifyOptions(now_ms=SystemClock().now_ms()))
             assert report.ok, report.findings
     finally:
         conn.close()

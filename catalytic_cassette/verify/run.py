@@ -1,0 +1,266 @@
+"""One verify run: which checks, on which connection, in which thread, in what order.
+
+The journal walk (Python hashing) runs on the caller's connection; the checks SQLite
+evaluates by itself (pages and indexes, state, consistency, time) run in a thread on a
+second read-only connection that sees the same snapshot, because sqlite3 releases the
+GIL while a statement steps. Findings are merged in one fixed order either way.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..anchor import open_anchor
+from ..clock import SystemClock
+from ..connection import connect_readonly, read_transaction
+from ..errors import CassetteError, ErrorCode
+from ..migrate import current_version, schema_version
+from .artifacts import check_artifacts
+from .chain import TreeWalk, check_chain
+from .consistency import check_checkpoint_ids, check_consistency
+from .findings import MAX_FINDINGS_PER_KIND, Collector, Finding, FindingKind, VerifyReport
+from .options import Level, VerifyOptions
+from .schema import check_schema, looks_like_a_ledger, recorded_version
+from .seals import UNANCHORED_NOTE, check_recorded_seals, judge_anchors, recorded_seals
+from .signatures import check_signatures
+from .state import check_state
+from .timeline import check_time
+
+
+def verify_connection(
+    conn: sqlite3.Connection,
+    options: VerifyOptions | None = None,
+    *,
+    side: sqlite3.Connection | None = None,
+) -> VerifyReport:
+    """Run every check ``options`` asks for on an open connection.
+
+    ``side``, a second connection reading the same snapshot, lets the checks SQLite
+    evaluates proceed in a thread while this one hashes the journal.
+    """
+    options = options or VerifyOptions()
+    now_ms = options.now_ms if options.now_ms is not None else SystemClock().now_ms()
+    anchors = options.anchors
+    report = VerifyReport(level=options.level.value, notes=[] if anchors else [UNANCHORED_NOTE])
+    out = Collector(report)
+    if anchors:
+        if options.seal_key is None or options.origin is None:
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                "verifying against seals needs the pinned public key and origin",
+            )
+        for anchor in anchors:
+            open_anchor(anchor, options.seal_key, options.origin)
+    schema_intact = check_schema(conn, out)
+    if options.level is Level.QUICK:
+        return _quick(conn, report, out, options)
+    checks = _SqlChecks(options, now_ms, schema_intact)
+    worker = None
+    if side is not None:
+        worker = threading.Thread(target=checks.check_rows, args=(side,), name="cassette-verify")
+        worker.start()
+    try:
+        recorded = recorded_seals(conn) if schema_intact else []
+        wanted = {size for _, size, _, _ in recorded}
+        wanted.update(a.checkpoint.size for a in anchors or () if a.checkpoint is not None)
+        walk = TreeWalk(conn, out, wanted, stored_nodes=schema_intact)
+        report.journal_rows = check_chain(conn, out, options.progress, walk)
+        walk.finish()
+        if side is not None:
+            checks.check_pages(conn)  # the row checks take longer than the walk
+    finally:
+        if worker is not None:
+            worker.join()
+    if side is None:
+        checks.run(conn)
+    out.merge_before(checks.pages)
+    checks.raise_errors()
+    check_recorded_seals(
+        out, recorded, walk.roots, report.journal_rows, options.seal_key, options.origin
+    )
+    if anchors:
+        judge_anchors(conn, report, out, anchors, walk.roots)
+    out.merge(checks.rows)
+    tables_intact = schema_intact and checks.pages_intact
+    if tables_intact:
+        if options.db_dir is not None:
+            check_artifacts(conn, out, options.db_dir)
+        if options.public_key is not None:
+            check_signatures(conn, out, options.public_key)
+    else:
+        report.notes.append(
+            "tables or indexes differ from the migrations: state and consistency not checked"
+        )
+    if options.public_key is None:
+        report.notes.append("no public key given: action signatures not checked")
+    return report
+
+
+def _quick(
+    conn: sqlite3.Connection, report: VerifyReport, out: Collector, options: VerifyOptions
+) -> VerifyReport:
+    """Header, schema and the chain; the tree only when anchors need its roots."""
+    anchors = options.anchors
+    walk = None
+    if anchors:
+        wanted = {a.checkpoint.size for a in anchors if a.checkpoint is not None}
+        walk = TreeWalk(conn, out, wanted, stored_nodes=False)
+    report.journal_rows = check_chain(conn, out, options.progress, walk)
+    if anchors and walk is not None:
+        judge_anchors(conn, report, out, anchors, walk.roots)
+    report.notes.append(
+        "quick level: pages, indexes, the stored tree, state, consistency and time not checked"
+    )
+    return report
+
+
+class _SqlChecks:
+    """Pages and indexes, then rows (state, consistency, time): what SQLite evaluates.
+
+    Row findings count only when every page and index is intact: an index that differs
+    from its table would make their answers meaningless.
+    """
+
+    def __init__(self, options: VerifyOptions, now_ms: int, schema_intact: bool) -> None:
+        self.options = options
+        self.now_ms = now_ms
+        self.schema_intact = schema_intact
+        self.pages_intact = False
+        self.pages = Collector()
+        self.rows = Collector()
+        self.errors: dict[str, BaseException] = {}
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        self.check_pages(conn)
+        if self.pages_intact:
+            self.check_rows(conn)
+
+    def check_pages(self, conn: sqlite3.Connection) -> None:
+        try:
+            self.pages_intact = _integrity_check(conn, self.pages)
+        except BaseException as exc:  # re-raised in the caller's thread
+            self.errors["pages"] = exc
+
+    def check_rows(self, conn: sqlite3.Connection) -> None:
+        if not self.schema_intact:
+            return
+        options = self.options
+        try:
+            check_state(conn, self.rows, options.run_id)
+            check_consistency(conn, self.rows, options.run_id, self.now_ms)
+            check_checkpoint_ids(conn, self.rows)
+            check_time(
+                conn, self.rows, self.now_ms, options.clock_skew_ms, options.max_time_jump_ms
+            )
+        except BaseException as exc:
+            self.errors["rows"] = exc
+
+    def raise_errors(self) -> None:
+        if "pages" in self.errors:
+            raise self.errors["pages"]
+        if not self.pages_intact:
+            self.rows = Collector()
+        elif "rows" in self.errors:
+            raise self.errors["rows"]
+
+
+def _integrity_check(conn: sqlite3.Connection, out: Collector) -> bool:
+    """SQLite's full check: every page, and every index entry against its table row
+    (quick_check would skip the indexes). True when it finds nothing."""
+    problems = [
+        str(row[0]) for row in conn.execute(f"PRAGMA integrity_check({MAX_FINDINGS_PER_KIND})")
+    ]
+    if problems == ["ok"]:
+        return True
+    for problem in problems:
+        kind = FindingKind.INDEX_MISMATCH if "index" in problem else FindingKind.CORRUPT
+        out.add(Finding(kind, problem))
+    return False
+
+
+def verify_path(
+    path: str, options: VerifyOptions | None = None, /, **overrides: Any
+) -> VerifyReport:
+    """Verify a ledger file through a read-only connection (nothing is migrated or written).
+
+    ``overrides`` replace fields of ``options`` (``verify_path(p, run_id="r1")``). Every
+    check reads one snapshot (a read transaction), so writers may keep working.
+
+    Raises CassetteError when the file cannot be verified at all (not a ledger, newer
+    schema); a ledger that is damaged or tampered with gives findings.
+    """
+    from dataclasses import replace
+
+    options = replace(options or VerifyOptions(), **overrides)
+    if options.db_dir is None:
+        options = replace(options, db_dir=Path(path).resolve().parent)
+    conn = connect_readonly(path)
+    try:
+        # A ledger's tables with a changed header are a tampered ledger, not a foreign file.
+        version = recorded_version(conn) if looks_like_a_ledger(conn) else schema_version(conn)
+        if version == 0:
+            raise CassetteError(ErrorCode.NOT_A_CASSETTE, f"{path} is an empty database")
+        if version > current_version():
+            raise CassetteError(
+                ErrorCode.SCHEMA_TOO_NEW,
+                f"schema version {version} is newer than this package ({current_version()})",
+            )
+        with read_transaction(conn):
+            sides = _same_snapshot(conn, path, 1) if options.level is Level.FULL else ()
+            try:
+                return verify_connection(conn, options, side=sides[0] if sides else None)
+            finally:
+                for side in sides:
+                    side.close()
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        report = VerifyReport(notes=[UNANCHORED_NOTE])
+        report.findings.append(
+            Finding(FindingKind.CORRUPT, f"the file cannot be read as a ledger: {exc}")
+        )
+        return report
+    finally:
+        conn.close()
+
+
+_SNAPSHOT_RETRIES = 2
+
+
+def _same_snapshot(
+    conn: sqlite3.Connection, path: str, count: int
+) -> tuple[sqlite3.Connection, ...]:
+    """Up to ``count`` more read-only connections, each in a read transaction that sees
+    what ``conn`` sees.
+
+    Every ledger change appends to the journal, so two snapshots with the same journal
+    head hold the same ledger. SQLite cannot share a snapshot between connections from
+    Python; when writers keep moving the head (or the file is too damaged to tell),
+    fewer or none are returned, and ``conn`` runs the remaining checks itself.
+    """
+    try:
+        head = _journal_head(conn)
+    except sqlite3.Error:
+        return ()
+    sides: list[sqlite3.Connection] = []
+    for _ in range(count + _SNAPSHOT_RETRIES):
+        if len(sides) == count:
+            break
+        side = connect_readonly(path, any_thread=True)
+        try:
+            side.execute("BEGIN")
+            if _journal_head(side) == head:
+                sides.append(side)
+                continue
+        except sqlite3.Error:
+            pass
+        side.close()
+    return tuple(sides)
+
+
+def _journal_head(conn: sqlite3.Connection) -> tuple[Any, ...]:
+    row = conn.execute(
+        "SELECT seq, chain_hash FROM cassette_journal NOT INDEXED ORDER BY seq DESC LIMIT 1"
+    ).fetchone()
+    return tuple(row) if row is not None else ()

@@ -1,0 +1,147 @@
+"""The file against the law: header fields, every schema object, migrations and meta rows.
+
+Nothing here trusts a name: every row of sqlite_master, SQLite's own objects included,
+is compared with what the shipped migrations create in a private in-memory database.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from functools import lru_cache
+
+from .. import sqlfiles
+from ..migrate import APPLICATION_ID, FORMAT, current_version, migration_digest, reference_objects
+from .findings import Collector, Finding, FindingKind, Severity
+
+# Tables SQLite itself writes when someone runs ANALYZE: never part of a ledger.
+STATISTICS_TABLES = ("sqlite_stat1", "sqlite_stat2", "sqlite_stat3", "sqlite_stat4")
+
+SchemaRow = tuple[str, str, str, str | None]
+
+
+@lru_cache(maxsize=8)
+def expected_objects(version: int) -> dict[tuple[str, str], SchemaRow]:
+    return {(row[0], row[1]): row for row in reference_objects(version)}
+
+
+def recorded_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT max(version) FROM cassette_migrations NOT INDEXED").fetchone()
+    return int(row[0] or 0)
+
+
+def check_header(conn: sqlite3.Connection, out: Collector, version: int) -> None:
+    """application_id marks a ledger; user_version repeats the recorded schema version."""
+    app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
+    user_version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+    if app_id != APPLICATION_ID:
+        out.add(
+            Finding(
+                FindingKind.HEADER,
+                f"application_id is {app_id:#x}, a ledger's is {APPLICATION_ID:#x}",
+            )
+        )
+    if user_version != version:
+        out.add(
+            Finding(
+                FindingKind.HEADER,
+                f"user_version is {user_version}, the recorded schema version is {version}",
+            )
+        )
+
+
+def check_schema(conn: sqlite3.Connection, out: Collector) -> bool:
+    """Report every schema difference; True when the tables themselves are as shipped."""
+    ok = True
+    version = recorded_version(conn)
+    latest = current_version()
+    if version != latest:
+        ok = False
+        out.add(Finding(FindingKind.SCHEMA_VERSION, f"schema version {version}, expected {latest}"))
+    check_header(conn, out, version)
+    shipped = [(m.version, m.name, migration_digest(m.sql)) for m in sqlfiles.migrations()]
+    recorded = conn.execute(
+        "SELECT version, name, sha256 FROM cassette_migrations NOT INDEXED ORDER BY version"
+    ).fetchall()
+    if [tuple(row) for row in recorded] != shipped[: len(recorded)]:
+        out.add(
+            Finding(
+                FindingKind.SCHEMA_CHANGED,
+                "cassette_migrations differs from the shipped migrations",
+                table="cassette_migrations",
+            )
+        )
+    meta = conn.execute("SELECT key, value FROM cassette_meta NOT INDEXED ORDER BY key").fetchall()
+    if not _meta_is_a_cassettes([(str(k), str(v)) for k, v in meta]):
+        out.add(
+            Finding(
+                FindingKind.SCHEMA_CHANGED,
+                "cassette_meta differs from a cassette's",
+                table="cassette_meta",
+            )
+        )
+    expected = expected_objects(min(version, latest) or latest)
+    actual = {
+        (str(kind), str(name)): (
+            str(kind),
+            str(name),
+            str(table),
+            None if sql is None else str(sql),
+        )
+        for kind, name, table, sql in conn.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master"
+        )
+    }
+    for key, row in expected.items():
+        if key not in actual:
+            ok = ok and row[0] != "table"
+            out.add(
+                Finding(FindingKind.SCHEMA_MISSING, f"{row[0]} {row[1]} is missing", table=row[2])
+            )
+        elif actual[key] != row:
+            ok = ok and row[0] != "table"
+            out.add(
+                Finding(FindingKind.SCHEMA_CHANGED, f"{row[0]} {row[1]} was changed", table=row[2])
+            )
+    for key, row in actual.items():
+        if key in expected:
+            continue
+        if row[0] == "table" and row[1] in STATISTICS_TABLES:
+            out.add(
+                Finding(
+                    FindingKind.PLANNER_STATISTICS,
+                    f"{row[1]} holds planner statistics (ANALYZE); the package's lookups name"
+                    " their indexes, so statistics cannot turn them into scans",
+                    table=row[1],
+                    severity=Severity.WARNING,
+                )
+            )
+            continue
+        out.add(
+            Finding(
+                FindingKind.SCHEMA_EXTRA,
+                f"{row[0]} {row[1]} is not part of the schema",
+                table=row[2],
+            )
+        )
+    return ok
+
+
+def _meta_is_a_cassettes(meta: list[tuple[str, str]]) -> bool:
+    """('format', FORMAT), and from 0004 on a ledger_id of 32 lowercase hex digits."""
+    expected_keys = ["format", "ledger_id"] if current_version() >= 4 else ["format"]
+    if [key for key, _ in meta] != expected_keys or meta[0][1] != FORMAT:
+        return False
+    return all(
+        len(value) == 32 and all(c in "0123456789abcdef" for c in value)
+        for key, value in meta
+        if key == "ledger_id"
+    )
+
+
+def looks_like_a_ledger(conn: sqlite3.Connection) -> bool:
+    """The file holds a ledger's tables, whatever its header says (a changed header on a
+    ledger is tampering, not "not a cassette")."""
+    names = {
+        str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+    return {"cassette_migrations", "cassette_journal", "cassette_meta"} <= names
