@@ -28,6 +28,8 @@ from .migrate import FORMAT, current_version, migration_digest, schema_version
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+    from .worker_keys import PinnedKey
+
 MAX_FINDINGS_PER_KIND = 100
 _MAX_SEQ = 2**64 - 1
 
@@ -85,6 +87,21 @@ LEDGER_TABLES["cassette_checkpoints"] = (
 LEDGER_TABLES["cassette_seals"] = (
     "seal_id",
     ("seal_id", "tree_size", "root_hex", "origin", "key_id", "note", "created_at"),
+)
+LEDGER_TABLES["cassette_attestations"] = (
+    "attestation_id",
+    (
+        "attestation_id",
+        "act",
+        "run_id",
+        "message_id",
+        "step_id",
+        "fencing_token",
+        "worker_id",
+        "key_id",
+        "signature",
+        "created_at",
+    ),
 )
 MUTABLE_TABLES = frozenset({"cassette_steps"})
 
@@ -169,6 +186,7 @@ def verify_connection(
     seal_key: Ed25519PublicKey | None = None,
     origin: str | None = None,
     side: sqlite3.Connection | None = None,
+    worker_keys: dict[str, PinnedKey] | None = None,
 ) -> VerifyReport:
     """Run every check; ``progress(n)`` is told each time n more journal rows were read.
 
@@ -223,6 +241,8 @@ def verify_connection(
             _check_artifacts(conn, out, db_dir)
         if public_key is not None:
             _check_signatures(conn, out, public_key)
+        if worker_keys is not None:
+            _check_worker_signatures(conn, out, worker_keys)
     else:
         report.notes.append("tables differ from the migrations: state and consistency not checked")
     if public_key is None:
@@ -310,6 +330,7 @@ def verify_path(
     anchors: list[Anchor] | None = None,
     seal_key: Ed25519PublicKey | None = None,
     origin: str | None = None,
+    worker_keys: dict[str, PinnedKey] | None = None,
 ) -> VerifyReport:
     """Verify a ledger file through a read-only connection (nothing is migrated or written).
 
@@ -343,6 +364,7 @@ def verify_path(
                     seal_key=seal_key,
                     origin=origin,
                     side=sides[0] if sides else None,
+                    worker_keys=worker_keys,
                 )
             finally:
                 for side in sides:
@@ -997,3 +1019,15 @@ def _check_signatures(
             out.add(
                 Finding(problem, details[problem], None, "cassette_actions", values["action_id"])
             )
+
+
+def _check_worker_signatures(
+    conn: sqlite3.Connection, out: _Collector, pinned: dict[str, PinnedKey]
+) -> None:
+    """Worker attestations against the pinned keys (worker_keys.py does the work)."""
+    from .worker_keys import check_worker_keys
+
+    for found in check_worker_keys(conn, pinned):
+        signer = f" (key {found.key_id})" if found.key_id else ""
+        detail = f"worker {found.worker_id!r}{signer}: {found.detail}"
+        out.add(Finding(found.kind, detail, None, found.table, found.key))
