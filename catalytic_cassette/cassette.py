@@ -12,7 +12,7 @@ from . import payloads
 from .connection import DEFAULT_BUSY_TIMEOUT_MS
 from .errors import CassetteError, ErrorCode, translate
 from .ledger import LedgerFile
-from .worker_keys import WorkerKey, attest, sha256_text
+from .worker_keys import PinnedKey, WorkerKey, attest, sha256_text
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -587,8 +587,13 @@ class MessageCassette(LedgerFile):
         )
         return {**dict(zip(keys, row[:9], strict=False)), "payload": payloads.loads(row[9])}
 
-    def verify_cassette(self, run_id: str | None = None) -> VerifyReport:
-        """Check structure, the journal chain, state against history and consistency."""
+    def verify_cassette(
+        self, run_id: str | None = None, *, worker_keys: dict[str, PinnedKey] | None = None
+    ) -> VerifyReport:
+        """Check structure, the journal chain, state against history and consistency;
+        with ``worker_keys`` (``worker_keys.load_pinned_keys(DIR)``), every attestation."""
         from .verify import verify_connection
 
-        return verify_connection(self.conn, run_id=run_id, now_ms=self.now_ms())
+        return verify_connection(
+            self.conn, run_id=run_id, now_ms=self.now_ms(), worker_keys=worker_keys
+        )
