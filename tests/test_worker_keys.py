@@ -268,6 +268,20 @@ class TestSignedActs:
         count = sqlite3.connect(db_path).execute("SELECT count(*) FROM cassette_attestations")
         assert count.fetchone()[0] == 3
 
+    @pytest.mark.parametrize("command", ["post", "requeue"])
+    def test_the_cli_needs_a_key_for_a_signer_and_a_signer_for_a_key(
+        self, db_path: Path, tmp_path: Path, keys: dict[str, WorkerKey], command: str
+    ) -> None:
+        args = {
+            "post": ("post", "--json", "-", "--run-id", RUN, "--source", "USER"),
+            "requeue": ("requeue", "--run-id", RUN),
+        }[command]
+        for extra in (("--signer", "w1"), ("--worker-key", str(tmp_path / "w1.key"))):
+            result = invoke(db_path, *args, *extra, stdin=b"{}")
+            assert result.exit_code == 2, result.output
+            assert "Traceback" not in result.output
+        assert not db_path.exists()
+
 
 # ----------------------------------------------------- impersonation refused by SQL
 
@@ -445,6 +459,68 @@ class TestImpersonationRefused:
         assert result.stderr.startswith("error: SIGNATURE_REQUIRED: ")
         assert "Traceback" not in result.stderr + result.stdout
         assert file_digest(db_path) == before
+
+
+# Each rule of the attestation guard, provoked through a raw connection on the ``leased``
+# ledger (step 1 LEASED by w1 at token 1, step 2 PENDING at token 0, attestations 1-3).
+_VALID = {
+    "id": 4,
+    "act": "release",
+    "run": RUN,
+    "message": None,
+    "step": 1,
+    "token": 1,
+    "worker": "w1",
+    "key": "0" * 16,
+    "sig": "A" * 86 + "==",
+}
+GUARD_CASES = [
+    pytest.param({}, "JOURNAL_REQUIRED", id="well-formed-but-unjournaled"),
+    pytest.param({"act": "steal"}, "INVALID_ATTESTATION", id="unknown-act"),
+    pytest.param({"worker": ""}, "INVALID_WORKER", id="empty-worker"),
+    pytest.param({"id": 3}, "APPEND_ONLY", id="existing-id"),
+    pytest.param({"id": 9}, "OUT_OF_ORDER", id="id-gap"),
+    pytest.param({"act": "claim"}, "APPEND_ONLY", id="claim-attested-twice"),
+    pytest.param(
+        {"act": "post", "message": 0, "step": None, "token": None}, "OUT_OF_ORDER", id="old-post"
+    ),
+    pytest.param({"step": 99}, "STEP_NOT_FOUND", id="no-step"),
+    pytest.param({"run": "other"}, "RUN_MISMATCH", id="other-run"),
+    pytest.param({"act": "claim", "worker": "w2"}, "INVALID_ATTESTATION", id="claim-leased"),
+    pytest.param(
+        {"act": "claim", "step": 2, "token": 5}, "STALE_FENCING_TOKEN", id="claim-wrong-token"
+    ),
+    pytest.param({"step": 2, "token": 0}, "NOT_LEASED", id="release-pending"),
+    pytest.param({"act": "complete", "token": 2}, "STALE_FENCING_TOKEN", id="complete-stale"),
+    pytest.param({"act": "complete", "worker": "w2"}, "WRONG_WORKER", id="complete-not-owner"),
+    pytest.param({"key": "XYZ"}, "INVALID_ATTESTATION", id="key-id-form"),
+    pytest.param({"sig": "c2hvcnQ="}, "INVALID_ATTESTATION", id="signature-form"),
+    pytest.param({"message": 3}, "INVALID_ATTESTATION", id="step-act-naming-a-message"),
+]
+
+
+@pytest.mark.parametrize(("change", "code"), GUARD_CASES)
+def test_the_attestation_guard_for_any_connection(
+    db_path: Path, leased: dict[str, Any], change: dict[str, Any], code: str
+) -> None:
+    before = file_digest(db_path)
+    raw = sqlite3.connect(db_path)
+    with pytest.raises(sqlite3.IntegrityError, match=rf"^{code}: |CHECK constraint failed: {code}"):
+        raw.execute(
+            "INSERT INTO cassette_attestations (attestation_id, act, run_id, message_id, step_id,"
+            " fencing_token, worker_id, key_id, signature, created_at)"
+            " VALUES (:id, :act, :run, :message, :step, :token, :worker, :key, :sig, 0)",
+            {**_VALID, **change},
+        )
+    for sql in (
+        "UPDATE cassette_attestations SET worker_id = 'w2'",
+        "DELETE FROM cassette_attestations",
+    ):
+        with pytest.raises(sqlite3.IntegrityError, match=r"^APPEND_ONLY: "):
+            raw.execute(sql)
+    raw.rollback()
+    raw.close()
+    assert file_digest(db_path) == before
 
 
 # -------------------------------------------------------------- verify --worker-keys

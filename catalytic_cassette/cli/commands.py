@@ -59,12 +59,17 @@ class Settings:
 def _worker_key(path: str | None, worker: str | None) -> WorkerKey | None:
     """The worker key of --worker-key, signing as ``worker``; None without the option."""
     if path is None:
-        return None
+        return None  # (post and requeue refuse a --signer without a key: _signer_needs_key)
     if worker is None:
         raise click.UsageError("--worker-key needs the worker it signs as (--worker or --signer)")
     from ..worker_keys import WorkerKey
 
     return WorkerKey.load(worker, path)
+
+
+def _signer_needs_key(signer: str | None, path: str | None) -> None:
+    if signer is not None and path is None:
+        raise click.UsageError("--signer names who signs with --worker-key; give both")
 
 
 _WORKER_KEY_HELP = "Sign this act with the worker's Ed25519 private key (from keygen)."
@@ -194,6 +199,7 @@ def post(
     signer: str | None,
 ) -> None:
     """Post a message; print its message_id and first job_id."""
+    _signer_needs_key(signer, worker_key)
     payload = _read_object(payload_file, "payload")
     cassette = _open(ctx, _worker_key(worker_key, signer))
     message_id, job_id = cassette.post_message(payload, run_id, source, idempotency_key)
@@ -275,6 +281,7 @@ def requeue(
     signer: str | None,
 ) -> None:
     """Return expired leases (or a released step) to PENDING."""
+    _signer_needs_key(signer, worker_key)
     result = _open(ctx, _worker_key(worker_key, signer or worker)).requeue(
         run_id,
         _parse_int(step, "STEP_NOT_FOUND", "step"),
