@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import multiprocessing as mp
 import os
 import re
 import sqlite3
@@ -707,3 +708,71 @@ class TestVerifyWorkerKeys:
         conn.close()
         assert {f.kind for f in found} == {"foreign_key"}
         assert all(f.worker_id == "w1" and f.key_id == keys["w1"].key_id for f in found)
+
+
+# -------------------------------------------------------------------- real processes
+
+
+def signed_worker(path: str, worker_id: str, key_file: str, start: Any, out: Any) -> None:
+    """A worker process with its own key: claim and complete until nothing is pending."""
+    done = 0
+    try:
+        with MessageCassette(path, worker_key=WorkerKey.load(worker_id, key_file)) as cassette:
+            start.wait(60)
+            while True:
+                try:
+                    step = cassette.claim_step(RUN, worker_id, 600)
+                except CassetteError as refusal:
+                    if refusal.code is ErrorCode.NO_PENDING_STEPS:
+                        break
+                    raise
+                cassette.complete_step(
+                    RUN,
+                    step["step_id"],
+                    worker_id,
+                    step["fencing_token"],
+                    {"by": worker_id},
+                    "SUCCESS",
+                )
+                done += 1
+        out.put((worker_id, done, None))
+    except BaseException as error:  # reported to the test, which fails on it
+        out.put((worker_id, done, f"{type(error).__name__}: {error}"))
+
+
+def test_signed_workers_racing_in_processes(
+    db_path: Path, tmp_path: Path, keys: dict[str, WorkerKey], pins: Path
+) -> None:
+    """Two processes, two keys, one file: each step is claimed and completed once, each
+    attestation is its claimer's, and verify with the pinned keys finds nothing."""
+    steps = 40
+    with MessageCassette(db_path) as cassette:
+        cassette.post_message({"jobs": [{"intent": "i", "steps": [{}] * steps}]}, RUN, "USER")
+    context = mp.get_context("spawn")
+    start, out = context.Event(), context.Queue()
+    workers = [
+        context.Process(
+            target=signed_worker,
+            args=(str(db_path), worker, str(tmp_path / f"{worker}.key"), start, out),
+        )
+        for worker in ("w1", "w2")
+    ]
+    for process in workers:
+        process.start()
+    start.set()
+    results = [out.get(timeout=120) for _ in workers]
+    for process in workers:
+        process.join(120)
+        assert process.exitcode == 0
+    assert [error for _, _, error in results] == [None, None]
+    assert sum(done for _, done, _ in results) == steps
+    conn = sqlite3.connect(db_path)
+    mismatched = conn.execute(
+        "SELECT count(*) FROM cassette_attestations a JOIN cassette_receipts r"
+        " ON r.step_id = a.step_id AND a.act IN ('claim', 'complete')"
+        " WHERE a.worker_id IS NOT r.worker_id"
+    ).fetchone()[0]
+    attested = conn.execute("SELECT count(*) FROM cassette_attestations").fetchone()[0]
+    conn.close()
+    assert mismatched == 0 and attested == 2 * steps
+    assert kinds(db_path, pins) == []
