@@ -25,6 +25,7 @@ _EXPORTS = {
     "Finding": "verify",
     "VerifyReport": "verify",
     "verify_path": "verify",
+    "WorkerKey": "worker_keys",
 }
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "MessageCassette",
     "SystemClock",
     "VerifyReport",
+    "WorkerKey",
     "__version__",
     "connect",
     "connect_readonly",
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from .connection import connect, connect_readonly, write_transaction
     from .errors import CassetteError, ErrorCode
     from .verify import Finding, VerifyReport, verify_path
+    from .worker_keys import WorkerKey
 
 
 def __getattr__(name: str) -> Any:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import payloads
+from .connection import DEFAULT_BUSY_TIMEOUT_MS
 from .errors import CassetteError, ErrorCode, translate
 from .ledger import LedgerFile
+from .worker_keys import PinnedKey, WorkerKey, attest, sha256_text
 
 if TYPE_CHECKING:
+    from .clock import Clock
+    from .seals import AutoSeal
     from .verify import VerifyReport
 
 SOURCES = ("USER", "PLANNER", "SYSTEM", "WORKER")
@@ -26,6 +31,21 @@ UPDATE cassette_steps
  WHERE step_id = (SELECT step_id FROM cassette_steps
                    WHERE run_id = :run AND status = 'PENDING'
                    ORDER BY message_id, job_ordinal, ordinal LIMIT 1)
+RETURNING step_id, job_id, message_id, ordinal, payload_json, fencing_token, lease_expires_at
+"""
+
+# The signed claim names its step and token before the lease is written.
+_NEXT_PENDING = """
+SELECT step_id, fencing_token + 1 FROM cassette_steps
+ WHERE run_id = :run AND status = 'PENDING'
+ ORDER BY message_id, job_ordinal, ordinal LIMIT 1
+"""
+
+_CLAIM_STEP = """
+UPDATE cassette_steps
+   SET status = 'LEASED', lease_owner = :worker, lease_expires_at = :expires,
+       fencing_token = fencing_token + 1
+ WHERE step_id = :step
 RETURNING step_id, job_id, message_id, ordinal, payload_json, fencing_token, lease_expires_at
 """
 
@@ -113,7 +133,40 @@ class MessageCassette(LedgerFile):
 
     Every method is one ``BEGIN IMMEDIATE`` transaction; the database triggers
     are the authority, Python only checks earlier for a clearer message.
+
+    With ``worker_key`` every post, claim, release, completion and requeue made through
+    this cassette carries that worker's signed attestation (LAW.md, "Worker keys"), and
+    claims, completions and releases are made only in that worker's name.
     """
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        clock: Clock | None = None,
+        durability: str | None = None,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        auto_seal: AutoSeal | None = None,
+        worker_key: WorkerKey | None = None,
+    ) -> None:
+        self.worker_key = worker_key
+        super().__init__(
+            db_path,
+            clock=clock,
+            durability=durability,
+            busy_timeout_ms=busy_timeout_ms,
+            auto_seal=auto_seal,
+        )
+
+    def _signing_as(self, worker_id: str) -> WorkerKey | None:
+        """The worker key, refusing to act signed in another worker's name."""
+        key = self.worker_key
+        if key is not None and worker_id != key.worker_id:
+            raise CassetteError(
+                ErrorCode.WRONG_WORKER,
+                f"this cassette signs as {key.worker_id!r}, not {worker_id!r}",
+            )
+        return key
 
     # ----------------------------------------------------------------- posts
 
@@ -196,11 +249,27 @@ class MessageCassette(LedgerFile):
                     (found[0],),
                 ).fetchone()
                 return int(found[0]), int(job[0])
+        next_id = None
+        if self.worker_key is not None:  # the attestation names the message before it exists
+            next_id = conn.execute(
+                "SELECT coalesce(max(message_id), 0) + 1 FROM cassette_messages"
+            ).fetchone()[0]
+            attest(
+                conn,
+                self.worker_key,
+                "post",
+                run_id=run_id,
+                at=now,
+                message_id=next_id,
+                source=source,
+                idempotency_key=key,
+                payload_sha256=sha256_text(payload_json),
+            )
         message_id = conn.execute(
             "INSERT INTO cassette_messages"
-            " (run_id, source, idempotency_key, payload_json, created_at)"
-            " VALUES (?, ?, ?, ?, ?) RETURNING message_id",
-            (run_id, source, key, payload_json, now),
+            " (message_id, run_id, source, idempotency_key, payload_json, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?) RETURNING message_id",
+            (next_id, run_id, source, key, payload_json, now),
         ).fetchone()[0]
         first_job = 0
         for job_ordinal, plan in enumerate(plans):
@@ -240,13 +309,17 @@ class MessageCassette(LedgerFile):
         if _integer(n, ErrorCode.INVALID_ARGUMENT, "n") < 1:
             raise CassetteError(ErrorCode.INVALID_ARGUMENT, "n must be at least 1")
         ttl = _ttl_ms(ttl_seconds)
+        signer = self._signing_as(worker_id)
         claimed: list[dict[str, Any]] = []
         with self.write() as conn:
-            expires = self.ledger_now(conn) + ttl
+            now = self.ledger_now(conn)
+            expires = now + ttl
             for _ in range(n):
-                row = conn.execute(
-                    _CLAIM, {"worker": worker_id, "expires": expires, "run": run_id}
-                ).fetchone()
+                params = {"worker": worker_id, "expires": expires, "run": run_id}
+                if signer is None:
+                    row = conn.execute(_CLAIM, params).fetchone()
+                else:
+                    row = self._signed_claim(conn, signer, params, now)
                 if row is None:
                     break
                 claimed.append(
@@ -263,6 +336,26 @@ class MessageCassette(LedgerFile):
                     }
                 )
         return claimed
+
+    @staticmethod
+    def _signed_claim(
+        conn: sqlite3.Connection, signer: WorkerKey, params: dict[str, Any], now: int
+    ) -> Any:
+        pending = conn.execute(_NEXT_PENDING, params).fetchone()
+        if pending is None:
+            return None
+        step_id, token = pending
+        attest(
+            conn,
+            signer,
+            "claim",
+            run_id=params["run"],
+            at=now,
+            step_id=step_id,
+            fencing_token=token,
+            lease_expires_at=params["expires"],
+        )
+        return conn.execute(_CLAIM_STEP, {**params, "step": step_id}).fetchone()
 
     # ------------------------------------------------------------- completes
 
@@ -288,6 +381,8 @@ class MessageCassette(LedgerFile):
             _indexed(index, len(items), _prepare_complete, *item)
             for index, item in enumerate(items)
         ]
+        for index, params in enumerate(prepared):
+            _indexed(index, len(prepared), self._signing_as, params["worker"])
         receipt_ids: list[int] = []
         with self.write() as conn:
             now = self.ledger_now(conn)
@@ -297,8 +392,19 @@ class MessageCassette(LedgerFile):
                 )
         return receipt_ids
 
-    @staticmethod
-    def _insert_receipt(conn: sqlite3.Connection, params: dict[str, Any], now: int) -> int:
+    def _insert_receipt(self, conn: sqlite3.Connection, params: dict[str, Any], now: int) -> int:
+        if self.worker_key is not None:
+            attest(
+                conn,
+                self.worker_key,
+                "complete",
+                run_id=params["run"],
+                at=now,
+                step_id=params["step"],
+                fencing_token=params["token"],
+                outcome=params["outcome"],
+                receipt_sha256=sha256_text(params["receipt"]),
+            )
         try:
             row = conn.execute(_COMPLETE, {**params, "now": now}).fetchone()
         except sqlite3.Error as exc:
@@ -350,6 +456,16 @@ class MessageCassette(LedgerFile):
             ).fetchall()
             done = []
             for sid, job_id, owner, token in rows:
+                if self.worker_key is not None:  # whoever requeues signs it, after expiry
+                    attest(
+                        conn,
+                        self.worker_key,
+                        "requeue",
+                        run_id=run_id,
+                        at=now,
+                        step_id=sid,
+                        fencing_token=token,
+                    )
                 if max_attempts is not None and token >= max_attempts:
                     conn.execute(
                         "INSERT INTO cassette_receipts (step_id, job_id, run_id, worker_id,"
@@ -395,11 +511,23 @@ class MessageCassette(LedgerFile):
     def _release(self, run_id: str, step_id: int, worker_id: str, token: int) -> dict[str, Any]:
         _name(worker_id, ErrorCode.INVALID_WORKER, "worker_id")
         _integer(token, ErrorCode.INVALID_TOKEN, "fencing_token")
+        signer = self._signing_as(worker_id)
         with self.write() as conn:
+            now = self.ledger_now(conn)
+            if signer is not None:
+                attest(
+                    conn,
+                    signer,
+                    "release",
+                    run_id=run_id,
+                    at=now,
+                    step_id=step_id,
+                    fencing_token=token,
+                )
             conn.execute(
                 "INSERT INTO cassette_releases"
                 " (step_id, run_id, worker_id, fencing_token, created_at) VALUES (?, ?, ?, ?, ?)",
-                (step_id, run_id, worker_id, token, self.ledger_now(conn)),
+                (step_id, run_id, worker_id, token, now),
             )
         return {"step_id": step_id, "action": "released", "fencing_token": token}
 
@@ -459,9 +587,12 @@ class MessageCassette(LedgerFile):
         )
         return {**dict(zip(keys, row[:9], strict=False)), "payload": payloads.loads(row[9])}
 
-    def verify_cassette(self, run_id: str | None = None) -> VerifyReport:
-        """Check structure, the journal chain, state against history and consistency."""
+    def verify_cassette(
+        self, run_id: str | None = None, *, worker_keys: dict[str, PinnedKey] | None = None
+    ) -> VerifyReport:
+        """Check structure, the journal chain, state against history and consistency;
+        with ``worker_keys`` (``worker_keys.load_pinned_keys(DIR)``), every attestation."""
         from .verify import VerifyOptions, verify_connection
 
-        options = VerifyOptions(run_id=run_id, now_ms=self.now_ms())
+        options = VerifyOptions(run_id=run_id, now_ms=self.now_ms(), worker_keys=worker_keys)
         return verify_connection(self.conn, options)

@@ -69,15 +69,24 @@ def load_private(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
 
 
 def load_public(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise CassetteError(ErrorCode.KEY_ERROR, f"cannot load public key {path}: {exc}") from exc
+    return public_from_pem(data, str(path))
+
+
+def public_from_pem(data: bytes, name: str) -> Ed25519PublicKey:
+    """An Ed25519 public key from SubjectPublicKeyInfo PEM bytes; ``name`` is for errors."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     try:
-        key = serialization.load_pem_public_key(Path(path).read_bytes())
-    except (OSError, ValueError, TypeError) as exc:
-        raise CassetteError(ErrorCode.KEY_ERROR, f"cannot load public key {path}: {exc}") from exc
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError) as exc:
+        raise CassetteError(ErrorCode.KEY_ERROR, f"cannot load public key {name}: {exc}") from exc
     if not isinstance(key, Ed25519PublicKey):
-        raise CassetteError(ErrorCode.KEY_ERROR, f"{path} is not an Ed25519 public key")
+        raise CassetteError(ErrorCode.KEY_ERROR, f"{name} is not an Ed25519 public key")
     return key
 
 

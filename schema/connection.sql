@@ -222,3 +222,34 @@ BEGIN
                                            ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
+
+-- A requeue is attested only once the lease it ends has expired (worker keys, 0005).
+CREATE TEMP TRIGGER cassette_attestations_clock_guard BEFORE INSERT ON main.cassette_attestations
+WHEN NEW.act IS 'requeue'
+ AND EXISTS (SELECT 1 FROM cassette_steps s
+             WHERE s.step_id = NEW.step_id AND s.status = 'LEASED'
+               AND s.fencing_token IS NEW.fencing_token
+               AND s.lease_expires_at > cassette_now_ms())
+BEGIN
+    SELECT RAISE(ABORT, 'LEASE_NOT_EXPIRED: a requeue is attested only after the lease expired');
+END;
+
+CREATE TEMP TRIGGER cassette_attestations_journal AFTER INSERT ON main.cassette_attestations
+BEGIN
+    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)
+    SELECT e.seq, e.body, e.leaf, cassette_chain_hash(e.seq, e.prev, e.leaf)
+    FROM (SELECT n.seq, n.prev, n.body, cassette_leaf_hash(n.body) AS leaf
+          FROM (SELECT coalesce(h.seq + 1, 0) AS seq, coalesce(h.chain_hash, zeroblob(32)) AS prev,
+                       json_object('table', 'cassette_attestations', 'op', 'INSERT',
+                           'key', NEW.attestation_id,
+                           'row', json_object(
+                               'attestation_id', NEW.attestation_id, 'act', NEW.act,
+                               'run_id', NEW.run_id, 'message_id', NEW.message_id,
+                               'step_id', NEW.step_id, 'fencing_token', NEW.fencing_token,
+                               'worker_id', NEW.worker_id, 'key_id', NEW.key_id,
+                               'signature', NEW.signature,
+                               'created_at', NEW.created_at)) AS body
+                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
+                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+          LIMIT -1 OFFSET 0) e;
+END;

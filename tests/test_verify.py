@@ -23,6 +23,7 @@ from catalytic_cassette.verify import (
     verify_connection,
     verify_path,
 )
+from catalytic_cassette.worker_keys import WorkerKey
 
 from .conftest import dump, unguarded, write_journal
 
@@ -45,6 +46,13 @@ def _build(path: Path) -> None:
             token = held["fencing_token"]
             cassette.requeue("run-a", held["step_id"], worker_id="w4", fencing_token=token)
         cassette.claim_step("run-b", "w5", 60)
+    signer = WorkerKey("w6", Ed25519PrivateKey.generate())
+    with MessageCassette(path, clock=clock, worker_key=signer) as cassette:
+        cassette.post_message({"signed": True}, "run-c", "WORKER")
+        step = cassette.claim_step("run-c", "w6", 60)
+        cassette.complete_step(
+            "run-c", step["step_id"], "w6", step["fencing_token"], {"w": "w6"}, "SUCCESS"
+        )
     with CausalChain(path, clock=clock) as chain:
         root = chain.append_action(
             {
@@ -146,6 +154,7 @@ _FORGERIES = {
     "cassette_actions": "action_seq = action_seq + 1000",
     "cassette_checkpoints": "checkpoint_seq = checkpoint_seq + 1000",
     "cassette_seals": "created_at = created_at + 1",
+    "cassette_attestations": "fencing_token = fencing_token + 100",
 }
 _FORGED_TEXT_KEYS = {
     "cassette_actions": "00000000-0000-4000-8000-000000000000",

@@ -15,15 +15,19 @@ from .boundary import EXIT_CANNOT_VERIFY, CassetteGroup, emit
 if TYPE_CHECKING:
     from ..cassette import MessageCassette
     from ..seals import AutoSeal
+    from ..worker_keys import WorkerKey
 
 
-def _open(ctx: click.Context) -> MessageCassette:
+def _open(ctx: click.Context, worker_key: WorkerKey | None = None) -> MessageCassette:
     from ..cassette import MessageCassette
 
     settings = ctx.find_object(Settings)
     assert settings is not None
     cassette = MessageCassette(
-        settings.db, durability=settings.durability, auto_seal=settings.auto_seal()
+        settings.db,
+        durability=settings.durability,
+        auto_seal=settings.auto_seal(),
+        worker_key=worker_key,
     )
     ctx.call_on_close(cassette.close)
     return cassette
@@ -50,6 +54,25 @@ class Settings:
         from ..seals import AutoSeal
 
         return AutoSeal(self.seal_key, self.seal_dir, every=self.seal_every)
+
+
+def _worker_key(path: str | None, worker: str | None) -> WorkerKey | None:
+    """The worker key of --worker-key, signing as ``worker``; None without the option."""
+    if path is None:
+        return None  # (post and requeue refuse a --signer without a key: _signer_needs_key)
+    if worker is None:
+        raise click.UsageError("--worker-key needs the worker it signs as (--worker or --signer)")
+    from ..worker_keys import WorkerKey
+
+    return WorkerKey.load(worker, path)
+
+
+def _signer_needs_key(signer: str | None, path: str | None) -> None:
+    if signer is not None and path is None:
+        raise click.UsageError("--signer names who signs with --worker-key; give both")
+
+
+_WORKER_KEY_HELP = "Sign this act with the worker's Ed25519 private key (from keygen)."
 
 
 def _read_object(stream: IO[bytes], what: str) -> dict[str, Any]:
@@ -163,6 +186,8 @@ def init(ctx: click.Context) -> None:
     default=None,
     help="Re-posting the same key and payload returns the same ids.",
 )
+@click.option("--worker-key", default=None, help=_WORKER_KEY_HELP)
+@click.option("--signer", default=None, help="With --worker-key: the worker that posts.")
 @click.pass_context
 def post(
     ctx: click.Context,
@@ -170,10 +195,14 @@ def post(
     run_id: str,
     source: str,
     idempotency_key: str | None,
+    worker_key: str | None,
+    signer: str | None,
 ) -> None:
     """Post a message; print its message_id and first job_id."""
+    _signer_needs_key(signer, worker_key)
     payload = _read_object(payload_file, "payload")
-    message_id, job_id = _open(ctx).post_message(payload, run_id, source, idempotency_key)
+    cassette = _open(ctx, _worker_key(worker_key, signer))
+    message_id, job_id = cassette.post_message(payload, run_id, source, idempotency_key)
     emit({"message_id": message_id, "job_id": job_id})
 
 
@@ -181,10 +210,12 @@ def post(
 @click.option("--run-id", required=True)
 @click.option("--worker", required=True, help="The worker taking the lease.")
 @click.option("--ttl", default="300", show_default=True, help="Lease length in seconds.")
+@click.option("--worker-key", default=None, help=_WORKER_KEY_HELP)
 @click.pass_context
-def claim(ctx: click.Context, run_id: str, worker: str, ttl: str) -> None:
+def claim(ctx: click.Context, run_id: str, worker: str, ttl: str, worker_key: str | None) -> None:
     """Lease the next pending step of a run (NO_PENDING_STEPS when none)."""
-    emit(_open(ctx).claim_step(run_id, worker, _parse_ttl(ttl)))
+    cassette = _open(ctx, _worker_key(worker_key, worker))
+    emit(cassette.claim_step(run_id, worker, _parse_ttl(ttl)))
 
 
 @cli.command()
@@ -200,6 +231,7 @@ def claim(ctx: click.Context, run_id: str, worker: str, ttl: str) -> None:
     help="Receipt JSON object file, or -.",
 )
 @click.option("--outcome", required=True, help="SUCCESS, FAILURE or ABORTED.")
+@click.option("--worker-key", default=None, help=_WORKER_KEY_HELP)
 @click.pass_context
 def complete(
     ctx: click.Context,
@@ -209,13 +241,15 @@ def complete(
     token: str,
     receipt_file: IO[bytes],
     outcome: str,
+    worker_key: str | None,
 ) -> None:
     """Complete a leased step with its one receipt; print the receipt_id."""
     step_id = _parse_int(step, "STEP_NOT_FOUND", "step")
     fencing_token = _parse_int(token, "INVALID_TOKEN", "token")
     receipt = _read_object(receipt_file, "receipt")
     assert step_id is not None and fencing_token is not None
-    receipt_id = _open(ctx).complete_step(run_id, step_id, worker, fencing_token, receipt, outcome)
+    cassette = _open(ctx, _worker_key(worker_key, worker))
+    receipt_id = cassette.complete_step(run_id, step_id, worker, fencing_token, receipt, outcome)
     emit({"receipt_id": receipt_id, "step_id": step_id})
 
 
@@ -231,6 +265,10 @@ def complete(
     default=None,
     help="Close a step with an ABORTED receipt after this many claims.",
 )
+@click.option("--worker-key", default=None, help=_WORKER_KEY_HELP)
+@click.option(
+    "--signer", default=None, help="With --worker-key: the worker requeueing (default --worker)."
+)
 @click.pass_context
 def requeue(
     ctx: click.Context,
@@ -239,9 +277,12 @@ def requeue(
     worker: str | None,
     token: str | None,
     max_attempts: str | None,
+    worker_key: str | None,
+    signer: str | None,
 ) -> None:
     """Return expired leases (or a released step) to PENDING."""
-    result = _open(ctx).requeue(
+    _signer_needs_key(signer, worker_key)
+    result = _open(ctx, _worker_key(worker_key, signer or worker)).requeue(
         run_id,
         _parse_int(step, "STEP_NOT_FOUND", "step"),
         worker_id=worker,
@@ -281,6 +322,11 @@ def status(ctx: click.Context, run_id: str) -> None:
     default=None,
     help="Check every action's signature against this public key (with or without --against).",
 )
+@click.option(
+    "--worker-keys",
+    default=None,
+    help="A directory of <worker_id>.pub keys: check every worker attestation against them.",
+)
 @click.pass_context
 def verify(
     ctx: click.Context,
@@ -290,6 +336,7 @@ def verify(
     public_key: str | None,
     origin: str | None,
     action_key: str | None,
+    worker_keys: str | None,
 ) -> None:
     """Check the whole ledger. Exit 0 intact, 1 tampered or inconsistent, 3 cannot verify.
 
@@ -316,6 +363,11 @@ def verify(
             from ..anchor import load_anchors
 
             anchors = load_anchors(against)
+        pinned = None
+        if worker_keys is not None:
+            from ..worker_keys import load_pinned_keys
+
+            pinned = load_pinned_keys(worker_keys)
         with _progress(settings.db) as progress:
             report = verify_path(
                 settings.db,
@@ -325,6 +377,7 @@ def verify(
                 anchors=anchors,
                 seal_key=seal_key,
                 origin=origin,
+                worker_keys=pinned,
             )
     except CassetteError as error:
         error.exit_code = EXIT_CANNOT_VERIFY
@@ -335,7 +388,9 @@ def verify(
         for finding in report.findings:
             where = f" seq={finding.seq}" if finding.seq is not None else ""
             row = f" {finding.table}[{finding.key}]" if finding.table else ""
-            click.echo(f"{finding.severity}: {finding.kind}{where}{row}: {finding.detail}")
+            click.echo(
+                f"{finding.severity.value}: {finding.kind.value}{where}{row}: {finding.detail}"
+            )
         for anchor in report.anchors:
             click.echo(f"anchor: {anchor['status']} size={anchor['size']} {anchor['path']}")
             if "evidence" in anchor:

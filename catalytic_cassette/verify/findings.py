@@ -19,6 +19,9 @@ class Severity(str, Enum):
     WARNING = "warning"
     UNVERIFIABLE = "unverifiable"
 
+    def __str__(self) -> str:
+        return self.value
+
 
 class FindingKind(str, Enum):
     """Every kind of finding, grouped by the check that reports it (LAW.md lists them)."""
@@ -71,6 +74,13 @@ class FindingKind(str, Enum):
     ARTIFACT_MISSING = "artifact_missing"
     ARTIFACT_ALTERED = "artifact_altered"
     UNSIGNED_ACTION = "unsigned_action"
+    # worker attestations (--worker-keys)
+    FOREIGN_KEY = "foreign_key"
+    ATTESTATION_MISMATCH = "attestation_mismatch"
+    UNSIGNED_ENTRY = "unsigned_entry"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass

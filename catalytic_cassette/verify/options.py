@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from ..anchor import Anchor
+    from ..worker_keys import PinnedKey
 
 Progress = Callable[[int], None]
 
@@ -42,3 +43,4 @@ class VerifyOptions:
     origin: str | None = None
     progress: Progress | None = None
     db_dir: Path | None = None  # where artifact folders live; None skips artifacts
+    worker_keys: dict[str, PinnedKey] | None = None  # worker id -> pinned key

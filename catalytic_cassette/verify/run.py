@@ -25,7 +25,7 @@ from .findings import MAX_FINDINGS_PER_KIND, Collector, Finding, FindingKind, Ve
 from .options import Level, VerifyOptions
 from .schema import check_schema, looks_like_a_ledger, recorded_version
 from .seals import UNANCHORED_NOTE, check_recorded_seals, judge_anchors, recorded_seals
-from .signatures import check_signatures
+from .signatures import check_signatures, check_worker_signatures
 from .state import check_state
 from .timeline import check_time
 
@@ -90,6 +90,8 @@ def verify_connection(
             check_artifacts(conn, out, options.db_dir)
         if options.public_key is not None:
             check_signatures(conn, out, options.public_key)
+        if options.worker_keys is not None:
+            check_worker_signatures(conn, out, options.worker_keys)
     else:
         report.notes.append(
             "tables or indexes differ from the migrations: state and consistency not checked"

@@ -10,6 +10,8 @@ from .findings import Collector, Finding, FindingKind
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+    from ..worker_keys import PinnedKey
+
 
 def check_signatures(
     conn: sqlite3.Connection, out: Collector, public_key: Ed25519PublicKey
@@ -36,3 +38,15 @@ def check_signatures(
                     values["action_id"],
                 )
             )
+
+
+def check_worker_signatures(
+    conn: sqlite3.Connection, out: Collector, pinned: dict[str, PinnedKey]
+) -> None:
+    """Worker attestations against the pinned keys (worker_keys.py does the work)."""
+    from ..worker_keys import check_worker_keys
+
+    for found in check_worker_keys(conn, pinned):
+        signer = f" (key {found.key_id})" if found.key_id else ""
+        detail = f"worker {found.worker_id!r}{signer}: {found.detail}"
+        out.add(Finding(FindingKind(found.kind), detail, None, found.table, found.key))

@@ -81,6 +81,23 @@ TABLES: dict[str, LedgerTable] = {
         "created_at",
         ("seal_id", "tree_size", "root_hex", "origin", "key_id", "note", "created_at"),
     ),
+    "cassette_attestations": LedgerTable(
+        "attestation_id",
+        "attestation_id",
+        "created_at",
+        (
+            "attestation_id",
+            "act",
+            "run_id",
+            "message_id",
+            "step_id",
+            "fencing_token",
+            "worker_id",
+            "key_id",
+            "signature",
+            "created_at",
+        ),
+    ),
 }
 MUTABLE_TABLES = frozenset({"cassette_steps"})
 
