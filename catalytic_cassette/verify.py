@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from . import sqlfiles
 from .actions import COLUMNS as ACTION_COLUMNS
 from .anchor import UNVERIFIABLE_KINDS, Anchor, judge, open_anchor
+from .artifacts import default_root
 from .clock import SystemClock
-from .connection import connect_readonly, read_transaction
+from .connection import cannot_read, connect_readonly, read_transaction
 from .errors import CassetteError, ErrorCode
 from .hashing import SEQ_U64, ZERO_HASH
 from .merkle import CompactRange
@@ -162,7 +163,7 @@ def verify_connection(
     *,
     run_id: str | None = None,
     now_ms: int,
-    db_dir: Path | None = None,
+    artifact_root: Path | None = None,
     public_key: Ed25519PublicKey | None = None,
     progress: Progress | None = None,
     anchors: list[Anchor] | None = None,
@@ -219,8 +220,8 @@ def verify_connection(
         _judge_anchors(conn, report, out, anchors, walk.roots)
     sql_checks.add_state(out)
     if tables_intact:
-        if db_dir is not None:
-            _check_artifacts(conn, out, db_dir)
+        if artifact_root is not None:
+            _check_artifacts(conn, out, artifact_root)
         if public_key is not None:
             _check_signatures(conn, out, public_key)
     else:
@@ -310,13 +311,16 @@ def verify_path(
     anchors: list[Anchor] | None = None,
     seal_key: Ed25519PublicKey | None = None,
     origin: str | None = None,
+    artifact_dir: str | Path | None = None,
 ) -> VerifyReport:
     """Verify a ledger file through a read-only connection (nothing is migrated or written).
 
     Every check reads one snapshot (a read transaction), so writers may keep working.
+    Artifacts are looked up by hash in ``artifact_dir`` (default ``<file>.artifacts``).
 
-    Raises CassetteError when the file cannot be verified at all (not a cassette,
-    newer schema); a file that is a cassette but cannot be read is a finding.
+    Raises CassetteError when the file cannot be verified at all (not a cassette, newer
+    schema, locked past the busy timeout: BUSY, unreadable: CANNOT_OPEN; exit code 3);
+    a file that is a cassette but whose pages or format are damaged is a finding.
     """
     conn = connect_readonly(path)
     try:
@@ -336,7 +340,7 @@ def verify_path(
                     conn,
                     run_id=run_id,
                     now_ms=now,
-                    db_dir=Path(path).resolve().parent,
+                    artifact_root=Path(artifact_dir or default_root(path)),
                     public_key=public_key,
                     progress=progress,
                     anchors=anchors,
@@ -348,6 +352,9 @@ def verify_path(
                 for side in sides:
                     side.close()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        unreadable = cannot_read(exc) if isinstance(exc, sqlite3.Error) else None
+        if unreadable is not None:  # locked, not permitted, I/O: cannot verify, not corrupt
+            raise unreadable from exc
         report = VerifyReport(notes=[UNANCHORED_NOTE])
         report.findings.append(Finding("corrupt", f"the file cannot be read as a ledger: {exc}"))
         return report
@@ -934,48 +941,44 @@ def _check_consistency(
 # -------------------------------------------------------- artifacts and signatures
 
 
-def _check_artifacts(conn: sqlite3.Connection, out: _Collector, db_dir: Path) -> None:
-    import hashlib
+def _check_artifacts(conn: sqlite3.Connection, out: _Collector, artifact_root: Path) -> None:
+    """Each referenced artifact, found by its hash under the artifacts folder only."""
+    from contextlib import ExitStack
 
+    from .artifacts import check_file
     from .payloads import loads
+    from .safe_files import lexists, open_directory
 
     query = (
         "SELECT action_id, arguments_artifact, result_artifact FROM cassette_actions"
         " WHERE arguments_artifact IS NOT NULL OR result_artifact IS NOT NULL ORDER BY action_seq"
     )
-    for action_id, *refs in conn.execute(query):
-        for ref_json in refs:
-            if ref_json is None:
-                continue
-            ref = loads(ref_json)
-            path = db_dir / str(ref.get("path", ""))
-            if not path.is_file():
-                out.add(
-                    Finding(
-                        "artifact_missing",
-                        f"artifact {ref.get('path')} is missing",
-                        None,
-                        "cassette_actions",
-                        action_id,
-                    )
+    details = {"artifact_missing": "is missing", "artifact_altered": "was altered"}
+    with ExitStack() as stack:
+        dir_fd: int | None = None
+        if lexists(artifact_root):  # absent: every artifact is missing
+            dir_fd = stack.enter_context(open_directory(artifact_root, what="artifacts folder"))
+        for action_id, *refs in conn.execute(query):
+            for ref_json in refs:
+                if ref_json is None:
+                    continue
+                ref = loads(ref_json)
+                problem = (
+                    "artifact_missing"
+                    if dir_fd is None
+                    else check_file(dir_fd, ref if isinstance(ref, dict) else {}, artifact_root)
                 )
-                continue
-            digest = hashlib.sha256()
-            size = 0
-            with path.open("rb") as handle:
-                for chunk in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(chunk)
-                    size += len(chunk)
-            if digest.hexdigest() != ref.get("sha256") or size != ref.get("size"):
-                out.add(
-                    Finding(
-                        "artifact_altered",
-                        f"artifact {ref.get('path')} was altered",
-                        None,
-                        "cassette_actions",
-                        action_id,
+                if problem is not None:
+                    out.add(
+                        Finding(
+                            problem,
+                            f"artifact {ref.get('sha256') if isinstance(ref, dict) else ref}"
+                            f" {details[problem]}",
+                            None,
+                            "cassette_actions",
+                            action_id,
+                        )
                     )
-                )
 
 
 def _check_signatures(
