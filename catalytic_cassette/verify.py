@@ -384,7 +384,10 @@ def _same_snapshot(
     for _ in range(count + _SNAPSHOT_RETRIES):
         if len(sides) == count:
             break
-        side = connect_readonly(path, any_thread=True)
+        try:
+            side = connect_readonly(path, any_thread=True)
+        except CassetteError:  # locked meanwhile: the first connection checks alone
+            break
         try:
             side.execute("BEGIN")
             if _journal_head(side) == head:
