@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from . import safe_files
 from .anchor import load_anchors
 from .connection import connect, connect_readonly
-from .errors import CassetteError, ErrorCode
+from .errors import CassetteError, ErrorCode, translate
 from .seals import check_origin, default_origin, record_seal, require_ledger, write_seal_file
 from .tree import StoredTree
 from .verify import VerifyReport, verify_path
@@ -59,12 +59,15 @@ def _copy(source: sqlite3.Connection, dest: Path) -> None:
         raise safe_files.refusal(exc, dest.parent, "backup directory") from exc
     partial = private / "copy.db"
     try:
-        target = sqlite3.connect(partial, isolation_level=None)
         try:
-            source.backup(target)
-            target.execute("PRAGMA journal_mode = DELETE").fetchall()
-        finally:
-            target.close()
+            target = sqlite3.connect(partial, isolation_level=None)
+            try:
+                source.backup(target)
+                target.execute("PRAGMA journal_mode = DELETE").fetchall()
+            finally:
+                target.close()
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
         with safe_files.open_regular(partial, what="backup", max_bytes=2**63 - 1) as (handle, _):
             os.fsync(handle.fileno())
         try:
