@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import safe_files
 from .errors import CassetteError, ErrorCode
 from .note import Checkpoint, NoteError, open_note
 from .seals import SEAL_SUFFIX
@@ -48,23 +49,37 @@ class Anchor:
 
 
 def load_anchors(path: str | Path) -> list[Anchor]:
-    """A seal file, or every ``*.seal`` file of a directory."""
+    """A seal file, or every ``*.seal`` file of a directory, read through ``safe_files``.
+
+    A ``*.seal`` entry that is not a regular file (a link, a FIFO, a device) is not
+    opened and makes the whole set unreadable (UNSAFE_PATH: cannot verify), rather than
+    being skipped, which would let whoever controls the directory hide a seal quietly.
+    """
     source = Path(path)
-    if source.is_dir():
-        files = sorted(p for p in source.iterdir() if p.name.endswith(SEAL_SUFFIX))
-        if not files:
+    if safe_files.is_directory(source):
+        return _load_directory(source)
+    return [Anchor(str(source), _read_seal(source))]
+
+
+def _load_directory(source: Path) -> list[Anchor]:
+    with safe_files.open_directory(source, what="seal directory") as dir_fd:
+        names, others = safe_files.list_directory(dir_fd, SEAL_SUFFIX)
+        if others:
+            name, found = others[0]
+            raise CassetteError(
+                ErrorCode.UNSAFE_PATH,
+                f"seal file {source / name} is {found}, not a regular file; not opened",
+                path=str(source / name),
+            )
+        if not names:
             raise CassetteError(ErrorCode.NOT_FOUND, f"no {SEAL_SUFFIX} files in {source}")
-    elif source.is_file():
-        files = [source]
-    else:
-        raise CassetteError(ErrorCode.NOT_FOUND, f"no such seal file or directory: {source}")
-    anchors = []
-    for file in files:
-        try:
-            anchors.append(Anchor(str(file), file.read_bytes()))
-        except OSError as exc:
-            raise CassetteError(ErrorCode.CANNOT_OPEN, f"cannot read {file}: {exc}") from exc
-    return anchors
+        return [Anchor(str(source / name), _read_seal(name, dir_fd)) for name in names]
+
+
+def _read_seal(name: str | Path, dir_fd: int | None = None) -> bytes:
+    return safe_files.read_file(
+        name, what="seal file", max_bytes=safe_files.SEAL_MAX_BYTES, dir_fd=dir_fd
+    )
 
 
 def open_anchor(anchor: Anchor, public_key: Ed25519PublicKey, origin: str) -> None:

@@ -5,13 +5,16 @@ that refuses a copy which fails verify or does not match its seal exactly.
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import safe_files
 from .anchor import load_anchors
 from .connection import connect, connect_readonly
-from .errors import CassetteError, ErrorCode
+from .errors import CassetteError, ErrorCode, translate
 from .seals import check_origin, default_origin, record_seal, require_ledger, write_seal_file
 from .tree import StoredTree
 from .verify import VerifyReport, verify_path
@@ -33,7 +36,7 @@ def seal_path_for(backup: str | os.PathLike[str]) -> Path:
 
 def _refuse_existing(path: Path) -> None:
     for candidate in (path, Path(f"{path}-wal"), seal_path_for(path)):
-        if candidate.exists():
+        if safe_files.lexists(candidate):
             raise CassetteError(
                 ErrorCode.INVALID_ARGUMENT, f"{candidate} exists; a backup never overwrites"
             )
@@ -43,18 +46,37 @@ def _refuse_existing(path: Path) -> None:
 
 def _copy(source: sqlite3.Connection, dest: Path) -> None:
     """SQLite's online backup in one step (one read snapshot; writers keep going in WAL),
-    into a file that is complete on its own (rollback journal, not WAL)."""
-    partial = dest.with_name(dest.name + ".partial")
-    partial.unlink(missing_ok=True)
-    target = sqlite3.connect(partial, isolation_level=None)
+    into a file that is complete on its own (rollback journal, not WAL).
+
+    SQLite opens files by name and follows links, so the copy is made in a directory
+    created exclusively for it (mode 0700, a random name) beside DEST, where nobody
+    else can plant a link; it is then linked to DEST, which fails if DEST exists.
+    """
     try:
-        source.backup(target)
-        target.execute("PRAGMA journal_mode = DELETE").fetchall()
+        made = tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent)
+        private = Path(made)
+    except OSError as exc:
+        raise safe_files.refusal(exc, dest.parent, "backup directory") from exc
+    partial = private / "copy.db"
+    try:
+        try:
+            target = sqlite3.connect(partial, isolation_level=None)
+            try:
+                source.backup(target)
+                target.execute("PRAGMA journal_mode = DELETE").fetchall()
+            finally:
+                target.close()
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+        with safe_files.open_regular(partial, what="backup", max_bytes=2**63 - 1) as (handle, _):
+            os.fsync(handle.fileno())
+        try:
+            os.link(partial, dest)
+        except OSError as exc:
+            raise safe_files.refusal(exc, dest, "backup") from exc
+        safe_files.fsync_directory(dest.parent)
     finally:
-        target.close()
-    with partial.open("rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(partial, dest)
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _failed(report: VerifyReport, what: str) -> CassetteError:
@@ -88,9 +110,11 @@ def backup(
     clock = clock or SystemClock()
     source = connect(source_path, clock=clock)
     seal_file = seal_path_for(target)
+    created: list[Path] = []  # removed on failure: only what this call wrote
     try:
         chosen = check_origin(origin if origin is not None else default_origin(source))
         _copy(source, target)
+        created.append(target)
         report = verify_path(str(target))
         if not report.ok:
             raise _failed(report, "the copy does not verify")
@@ -110,8 +134,8 @@ def backup(
             )
         write_seal_file(seal, seal_file)
     except BaseException:
-        target.unlink(missing_ok=True)
-        seal_file.unlink(missing_ok=True)
+        for path in created:
+            path.unlink(missing_ok=True)
         raise
     finally:
         source.close()
@@ -135,11 +159,12 @@ def restore(
     """Copy a backup to ``dest`` only if it verifies and is exactly what its seal signed:
     the pinned key signed it, under the pinned origin, at the backup's full size."""
     backup_path = Path(source)
-    if not backup_path.is_file():
+    if not safe_files.lexists(backup_path):
         raise CassetteError(ErrorCode.NOT_FOUND, f"no such backup: {backup_path}")
+    safe_files.require_regular(backup_path, what="backup")
     seal_file = Path(seal) if seal is not None else seal_path_for(backup_path)
     target = Path(dest)
-    if target.exists() or Path(f"{target}-wal").exists():
+    if safe_files.lexists(target) or safe_files.lexists(f"{target}-wal"):
         raise CassetteError(
             ErrorCode.INVALID_ARGUMENT, f"{target} exists; restore never overwrites"
         )

@@ -75,7 +75,7 @@ class CausalChain(LedgerFile):
         )
         db_dir = Path(self.db_path).resolve().parent
         root = Path(artifact_dir) if artifact_dir is not None else default_root(self.db_path)
-        self.artifacts = ArtifactStore(root.resolve(), db_dir)
+        self.artifacts = ArtifactStore(root.absolute(), db_dir)  # a link there is refused
         self.artifact_threshold = artifact_threshold
         self._sessions: dict[str, SessionWorkingSet] = {}
 

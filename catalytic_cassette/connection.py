@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import sqlfiles
+from . import safe_files, sqlfiles
 from .clock import Clock, SystemClock
 from .errors import CassetteError, ErrorCode, translate
 from .hashing import sha256_hex, sql_functions
@@ -19,6 +19,23 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 DURABILITY_ENV = "CASSETTE_DURABILITY"
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
+_NO_CAP = 2**63 - 1  # only the header of a ledger is read here
+# SQLite result codes (and their extended forms) that say the file cannot be read now
+# (locked, not permitted, an I/O failure), not that its pages or format are damaged.
+_CANNOT_READ = (
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_CANTOPEN",
+    "SQLITE_READONLY",
+    "SQLITE_PERM",
+    "SQLITE_AUTH",
+    "SQLITE_IOERR",
+    "SQLITE_NOMEM",
+    "SQLITE_FULL",
+    "SQLITE_NOLFS",
+    "SQLITE_PROTOCOL",
+    "SQLITE_INTERRUPT",
+)
 
 
 def resolve_durability(durability: str | None) -> str:
@@ -38,12 +55,16 @@ def _check_file(path: str) -> None:
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {target.parent}")
     if target.is_dir():
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"is a directory: {target}")
-    if target.exists():
-        try:
-            with target.open("rb") as handle:
+    if safe_files.lexists(target):
+        # SQLite follows a link to the ledger itself, so the header check does too; a
+        # FIFO or device there is refused without blocking (safe_files).
+        with safe_files.open_regular(
+            target, what="ledger", max_bytes=_NO_CAP, follow_link=True
+        ) as (handle, _):
+            try:
                 header = handle.read(len(SQLITE_HEADER))
-        except OSError as exc:
-            raise CassetteError(ErrorCode.CANNOT_OPEN, str(exc)) from exc
+            except OSError as exc:
+                raise safe_files.refusal(exc, path, "ledger") from exc
         if header and header != SQLITE_HEADER:
             raise CassetteError(ErrorCode.NOT_A_CASSETTE, f"not a SQLite database: {target}")
     elif not os.access(target.parent, os.W_OK):
@@ -133,25 +154,52 @@ def _use_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
 
 
 def connect_readonly(
-    path: str | os.PathLike[str], *, any_thread: bool = False
+    path: str | os.PathLike[str], *, any_thread: bool = False, busy_timeout_ms: int | None = None
 ) -> sqlite3.Connection:
     """Open an existing SQLite file for reading only: no migration, no TEMP triggers.
 
     The caller checks what the file holds (``migrate.schema_version``). ``any_thread``
-    lets another thread use the connection (one thread at a time).
+    lets another thread use the connection (one thread at a time). A first read waits
+    up to the busy timeout for a writer holding the file exclusively, then refuses with
+    BUSY; in a read-only directory, where SQLite cannot create the WAL index, the file
+    is opened ``immutable`` when no -wal file exists (nobody can write it there), and
+    refused (CANNOT_OPEN) when one does. A damaged file is returned as it is: reading
+    it raises, and the caller reports the damage.
     """
     path = os.fspath(path)
     _check_file(path)
     if not Path(path).exists():
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"no such file: {path}")
+    timeout = DEFAULT_BUSY_TIMEOUT_MS if busy_timeout_ms is None else busy_timeout_ms
+    uri = Path(path).resolve().as_uri()
+    conn = _open_readonly(uri + "?mode=ro", any_thread, timeout)
     try:
-        uri = Path(path).resolve().as_uri() + "?mode=ro"
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+    except UnicodeDecodeError:
+        return conn  # damage (a mangled message from SQLite): as below
+    except sqlite3.Error as exc:
+        error = cannot_read(exc)
+        if error is None:
+            return conn  # damage: the caller's own reads meet it and report it
+        conn.close()
+        if not _only_the_directory_is_read_only(path, exc):
+            raise error from exc
+        return _open_readonly(uri + "?mode=ro&immutable=1", any_thread, timeout)
+    return conn
+
+
+def _open_readonly(uri: str, any_thread: bool, timeout_ms: int) -> sqlite3.Connection:
+    try:
         conn = sqlite3.connect(
-            uri, uri=True, isolation_level=None, check_same_thread=not any_thread
+            uri,
+            uri=True,
+            isolation_level=None,
+            check_same_thread=not any_thread,
+            timeout=timeout_ms / 1000,
         )
     except sqlite3.Error as exc:
         raise translate(exc) from exc
-    conn.execute(f"PRAGMA busy_timeout = {DEFAULT_BUSY_TIMEOUT_MS}").fetchall()
+    conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}").fetchall()
     return conn
 
 
@@ -167,6 +215,31 @@ def ledger_now(conn: sqlite3.Connection, clock: Clock) -> int:
     someone else's future date is carried forward instead of refusing the honest writer.
     """
     return max(clock.now_ms(), ledger_time(conn))
+
+
+def _only_the_directory_is_read_only(path: str, exc: sqlite3.Error) -> bool:
+    """SQLite could not create the -shm (or -wal) beside the file, nobody can write in
+    that directory, and no -wal holds commits the file alone lacks: then reading the
+    file as immutable sees exactly the ledger."""
+    name = getattr(exc, "sqlite_errorname", "")
+    return (
+        name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN"))
+        and not os.path.lexists(path + "-wal")
+        and not os.access(Path(path).resolve().parent, os.W_OK)
+    )
+
+
+def cannot_read(exc: sqlite3.Error) -> CassetteError | None:
+    """For an error met while reading a ledger: a refusal meaning "cannot verify"
+    (BUSY, CANNOT_OPEN) when the file could not be read now, None when it is damage."""
+    name = getattr(exc, "sqlite_errorname", "")
+    if not name.startswith(_CANNOT_READ):
+        return None
+    error = translate(exc)
+    if error.code not in (ErrorCode.BUSY, ErrorCode.CANNOT_OPEN):
+        error = CassetteError(ErrorCode.CANNOT_OPEN, f"cannot read the ledger now: {exc}")
+    error.exit_code = 3
+    return error
 
 
 @contextmanager

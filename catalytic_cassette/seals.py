@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import tree
+from . import safe_files, tree
 from .connection import ledger_time, write_transaction
 from .errors import CassetteError, ErrorCode
 from .note import Checkpoint, sign_note
@@ -137,28 +137,32 @@ def latest_seal(conn: sqlite3.Connection) -> Seal | None:
 
 
 def write_seal_file(seal: Seal, out: str | os.PathLike[str]) -> Path:
-    """Write the seal's note to ``out`` (a file, or a directory to put it in).
+    """Write the seal's note to ``out`` (a file, or a real directory to put it in).
 
     Never overwrites a different seal: the same seal again is a no-op (Ed25519
-    signatures are deterministic), anything else at the path is refused.
+    signatures are deterministic), anything else at the path is refused, and so is a
+    link, FIFO or device there (``safe_files``: written through an exclusive temporary).
     """
     target = Path(out)
-    if target.is_dir():
+    if safe_files.is_directory(target):
         target = target / seal.file_name()
-    if target.exists():
-        if target.read_bytes() == seal.note:
-            return target
+    if safe_files.lexists(target):
+        return _same_seal_or_refuse(seal, target)
+    try:
+        safe_files.write_new(target, seal.note, what="seal file")
+    except CassetteError as error:
+        if not error.detail.get("exists"):
+            raise
+        return _same_seal_or_refuse(seal, target)  # written meanwhile by someone else
+    return target
+
+
+def _same_seal_or_refuse(seal: Seal, target: Path) -> Path:
+    held = safe_files.read_file(target, what="seal file", max_bytes=safe_files.SEAL_MAX_BYTES)
+    if held != seal.note:
         raise CassetteError(
             ErrorCode.INVALID_ARGUMENT, f"{target} exists and holds another seal; not overwritten"
         )
-    if not target.parent.is_dir():
-        raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {target.parent}")
-    partial = target.with_name(target.name + ".partial")
-    with partial.open("wb") as handle:
-        handle.write(seal.note)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, target)
     return target
 
 
@@ -183,9 +187,10 @@ class AutoSeal:
             raise CassetteError(ErrorCode.INVALID_ARGUMENT, "seal every N entries needs N >= 1")
         self.key = load_private(key) if isinstance(key, (str, os.PathLike)) else key
         self.directory = Path(directory)
-        if not self.directory.is_dir():
+        if not safe_files.is_directory(self.directory):
             raise CassetteError(
-                ErrorCode.CANNOT_OPEN, f"seal directory does not exist: {self.directory}"
+                ErrorCode.CANNOT_OPEN,
+                f"seal directory does not exist or is a link: {self.directory}",
             )
         self.every = every
         self.origin = origin

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from . import safe_files
 from .errors import CassetteError, ErrorCode
 
 if TYPE_CHECKING:
@@ -30,38 +31,59 @@ def key_id(public: Ed25519PublicKey) -> str:
 
 
 def generate(prefix: str) -> tuple[Path, Path]:
-    """Write PREFIX.key (private, PKCS#8 PEM, mode 0600) and PREFIX.pub (public PEM)."""
+    """Write PREFIX.key (private, PKCS#8 PEM, mode 0600) and PREFIX.pub (public PEM),
+    each created exclusively: an existing file, or a link, at either name is refused."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     private = Ed25519PrivateKey.generate()
     key_path, pub_path = Path(f"{prefix}.key"), Path(f"{prefix}.pub")
     for path in (key_path, pub_path):
-        if path.exists():
+        if safe_files.lexists(path):
             raise CassetteError(ErrorCode.KEY_ERROR, f"{path} exists; refusing to overwrite a key")
     pem = private.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(pem)
-    pub_path.write_bytes(
-        private.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+    public_pem = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
+    for path, data, private_file in ((key_path, pem, True), (pub_path, public_pem, False)):
+        try:
+            safe_files.write_new(path, data, what="key file", private=private_file)
+        except CassetteError as error:
+            if error.detail.get("exists"):
+                raise CassetteError(
+                    ErrorCode.KEY_ERROR, f"{path} exists; refusing to overwrite a key"
+                ) from error
+            raise
     return key_path, pub_path
+
+
+def _read_key(path: str | os.PathLike[str], what: str, private: bool) -> bytes:
+    """A key file's bytes: a regular file, not a link, and for a private key one that
+    only its owner may access (like ssh's UNPROTECTED PRIVATE KEY FILE refusal)."""
+    try:
+        return safe_files.read_file(
+            path, what=what, max_bytes=safe_files.KEY_MAX_BYTES, private=private
+        )
+    except CassetteError as error:
+        if error.code in (ErrorCode.NOT_FOUND, ErrorCode.CANNOT_OPEN):
+            raise CassetteError(
+                ErrorCode.KEY_ERROR, f"cannot load {what} {os.fspath(path)}: {error.message}"
+            ) from error
+        raise
 
 
 def load_private(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    data = _read_key(path, "private key", private=True)
     try:
-        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as exc:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
         raise CassetteError(ErrorCode.KEY_ERROR, f"cannot load private key {path}: {exc}") from exc
     if not isinstance(key, Ed25519PrivateKey):
         raise CassetteError(ErrorCode.KEY_ERROR, f"{path} is not an Ed25519 private key")
@@ -69,11 +91,7 @@ def load_private(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
 
 
 def load_public(path: str | os.PathLike[str]) -> Ed25519PublicKey:
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise CassetteError(ErrorCode.KEY_ERROR, f"cannot load public key {path}: {exc}") from exc
-    return public_from_pem(data, str(path))
+    return public_from_pem(_read_key(path, "public key", private=False), str(path))
 
 
 def public_from_pem(data: bytes, name: str) -> Ed25519PublicKey:

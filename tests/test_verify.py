@@ -11,6 +11,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from catalytic_cassette import CassetteError, ManualClock, MessageCassette
+from catalytic_cassette.artifacts import default_root
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.clock import SystemClock
 from catalytic_cassette.connection import connect_readonly, read_transaction
@@ -323,7 +324,8 @@ def _inline(path: Path) -> VerifyReport:
     try:
         with read_transaction(conn):
             return verify_connection(
-                conn, VerifyOptions(now_ms=SystemClock().now_ms(), db_dir=path.parent)
+                conn,
+                VerifyOptions(now_ms=SystemClock().now_ms(), artifact_root=default_root(str(path))),
             )
     finally:
         conn.close()

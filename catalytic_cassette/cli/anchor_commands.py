@@ -6,7 +6,6 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import click
 
@@ -41,13 +40,16 @@ def _write_or_print(data: bytes, out: str | None, summary: dict[str, object]) ->
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
-    target = Path(out)
-    if target.exists():
-        from ..errors import CassetteError, ErrorCode
+    from ..safe_files import write_new
 
-        raise CassetteError(ErrorCode.INVALID_ARGUMENT, f"{target} exists; not overwritten")
-    target.write_bytes(data)
-    emit({"path": str(target), **summary})
+    write_new(out, data, what="proof file")  # never overwrites, never through a link
+    emit({"path": out, **summary})
+
+
+def _read_seal(path: str) -> bytes:
+    from ..safe_files import SEAL_MAX_BYTES, read_file
+
+    return read_file(path, what="seal file", max_bytes=SEAL_MAX_BYTES)
 
 
 @cli.command()
@@ -89,7 +91,7 @@ def prove() -> None:
 def _inclusion(ctx: click.Context, seq: int, seal_file: str | None, out: str | None) -> None:
     from ..proofs import prove_inclusion
 
-    note = Path(seal_file).read_bytes() if seal_file is not None else None
+    note = _read_seal(seal_file) if seal_file is not None else None
     with _reading(ctx) as conn:
         proof = prove_inclusion(conn, seq, note)
     _write_or_print(proof.to_bytes(), out, {"index": seq, "path_length": len(proof.path)})
@@ -136,9 +138,9 @@ def prove_consistency_command(
 
     from ..proofs import prove_consistency
 
-    new_note = Path(new_seal).read_bytes() if new_seal is not None else None
+    new_note = _read_seal(new_seal) if new_seal is not None else None
     with _reading(ctx) as conn:
-        doc = prove_consistency(conn, Path(old_seal).read_bytes(), new_note)
+        doc = prove_consistency(conn, _read_seal(old_seal), new_note)
     data = orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
     _write_or_print(data, out, {"old_size": doc["old_size"], "new_size": doc["new_size"]})
 
@@ -150,10 +152,18 @@ def prove_consistency_command(
 def verify_proof(proof_file: str, public_key: str, origin: str) -> None:
     """Check a proof file offline, without the ledger. Exit 0 valid, 1 invalid, 3 cannot
     check (another key or origin, or not a proof)."""
+    from ..errors import CassetteError
     from ..proofs import check_proof_file
+    from ..safe_files import PROOF_MAX_BYTES, read_file
     from ..signing import load_public
 
-    result = check_proof_file(Path(proof_file).read_bytes(), origin, load_public(public_key))
+    try:
+        data = read_file(proof_file, what="proof file", max_bytes=PROOF_MAX_BYTES)
+        key = load_public(public_key)
+    except CassetteError as error:
+        error.exit_code = EXIT_CANNOT_VERIFY  # nothing was checked
+        raise
+    result = check_proof_file(data, origin, key)
     emit(result.to_dict())
     if not result.ok:
         unverifiable = result.problem in {"unknown_key", "wrong_origin", "malformed"}

@@ -1,52 +1,48 @@
-"""Artifact files: each one an action refers to exists and hashes to its reference."""
+"""Artifact files: each one an action refers to, found by its hash under the artifacts
+folder only (never by a stored path), exists as a regular file and hashes to its reference."""
 
 from __future__ import annotations
 
 import sqlite3
+from contextlib import ExitStack
 from pathlib import Path
 
 from .findings import Collector, Finding, FindingKind
 
+_DETAILS = {"artifact_missing": "is missing", "artifact_altered": "was altered"}
 
-def check_artifacts(conn: sqlite3.Connection, out: Collector, db_dir: Path) -> None:
-    import hashlib
 
+def check_artifacts(conn: sqlite3.Connection, out: Collector, artifact_root: Path) -> None:
+    from ..artifacts import check_file
     from ..payloads import loads
+    from ..safe_files import lexists, open_directory
 
     query = (
-        "SELECT action_id, arguments_artifact, result_artifact FROM cassette_actions"
+        "SELECT action_id, arguments_artifact, result_artifact FROM cassette_actions NOT INDEXED"
         " WHERE arguments_artifact IS NOT NULL OR result_artifact IS NOT NULL ORDER BY action_seq"
     )
-    for action_id, *refs in conn.execute(query):
-        for ref_json in refs:
-            if ref_json is None:
-                continue
-            ref = loads(ref_json)
-            path = db_dir / str(ref.get("path", ""))
-            if not path.is_file():
-                out.add(
-                    Finding(
-                        FindingKind.ARTIFACT_MISSING,
-                        f"artifact {ref.get('path')} is missing",
-                        None,
-                        "cassette_actions",
-                        action_id,
-                    )
+    with ExitStack() as stack:
+        dir_fd: int | None = None
+        if lexists(artifact_root):  # absent: every artifact is missing
+            dir_fd = stack.enter_context(open_directory(artifact_root, what="artifacts folder"))
+        for action_id, *refs in conn.execute(query):
+            for ref_json in refs:
+                if ref_json is None:
+                    continue
+                ref = loads(ref_json)
+                problem = (
+                    "artifact_missing"
+                    if dir_fd is None
+                    else check_file(dir_fd, ref if isinstance(ref, dict) else {}, artifact_root)
                 )
-                continue
-            digest = hashlib.sha256()
-            size = 0
-            with path.open("rb") as handle:
-                for chunk in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(chunk)
-                    size += len(chunk)
-            if digest.hexdigest() != ref.get("sha256") or size != ref.get("size"):
-                out.add(
-                    Finding(
-                        FindingKind.ARTIFACT_ALTERED,
-                        f"artifact {ref.get('path')} was altered",
-                        None,
-                        "cassette_actions",
-                        action_id,
+                if problem is not None:
+                    named = ref.get("sha256") if isinstance(ref, dict) else ref
+                    out.add(
+                        Finding(
+                            FindingKind(problem),
+                            f"artifact {named} {_DETAILS[problem]}",
+                            None,
+                            "cassette_actions",
+                            action_id,
+                        )
                     )
-                )

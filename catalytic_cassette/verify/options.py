@@ -42,5 +42,5 @@ class VerifyOptions:
     seal_key: Ed25519PublicKey | None = None
     origin: str | None = None
     progress: Progress | None = None
-    db_dir: Path | None = None  # where artifact folders live; None skips artifacts
+    artifact_root: Path | None = None  # the artifacts folder; None skips artifacts
     worker_keys: dict[str, PinnedKey] | None = None  # worker id -> pinned key

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..anchor import open_anchor
 from ..clock import SystemClock
-from ..connection import connect_readonly, read_transaction
+from ..connection import cannot_read, connect_readonly, read_transaction
 from ..errors import CassetteError, ErrorCode
 from ..migrate import current_version, schema_version
 from .artifacts import check_artifacts
@@ -86,8 +86,8 @@ def verify_connection(
     out.merge(checks.rows)
     tables_intact = schema_intact and checks.pages_intact
     if tables_intact:
-        if options.db_dir is not None:
-            check_artifacts(conn, out, options.db_dir)
+        if options.artifact_root is not None:
+            check_artifacts(conn, out, options.artifact_root)
         if options.public_key is not None:
             check_signatures(conn, out, options.public_key)
         if options.worker_keys is not None:
@@ -192,13 +192,16 @@ def verify_path(
     check reads one snapshot (a read transaction), so writers may keep working.
 
     Raises CassetteError when the file cannot be verified at all (not a ledger, newer
-    schema); a ledger that is damaged or tampered with gives findings.
+    schema, locked past the busy timeout: BUSY, unreadable: CANNOT_OPEN; exit code 3);
+    a ledger whose pages or format are damaged, or that was tampered with, gives findings.
     """
     from dataclasses import replace
 
+    from ..artifacts import default_root
+
     options = replace(options or VerifyOptions(), **overrides)
-    if options.db_dir is None:
-        options = replace(options, db_dir=Path(path).resolve().parent)
+    if options.artifact_root is None:  # artifacts are looked up by hash in <file>.artifacts
+        options = replace(options, artifact_root=Path(default_root(path)))
     conn = connect_readonly(path)
     try:
         # A ledger's tables with a changed header are a tampered ledger, not a foreign file.
@@ -218,6 +221,9 @@ def verify_path(
                 for side in sides:
                     side.close()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        unreadable = cannot_read(exc) if isinstance(exc, sqlite3.Error) else None
+        if unreadable is not None:  # locked, not permitted, I/O: cannot verify, not corrupt
+            raise unreadable from exc
         report = VerifyReport(notes=[UNANCHORED_NOTE])
         report.findings.append(
             Finding(FindingKind.CORRUPT, f"the file cannot be read as a ledger: {exc}")
@@ -249,7 +255,10 @@ def _same_snapshot(
     for _ in range(count + _SNAPSHOT_RETRIES):
         if len(sides) == count:
             break
-        side = connect_readonly(path, any_thread=True)
+        try:
+            side = connect_readonly(path, any_thread=True)
+        except CassetteError:  # locked meanwhile: the first connection checks alone
+            break
         try:
             side.execute("BEGIN")
             if _journal_head(side) == head:
