@@ -41,16 +41,10 @@ RETURNING receipt_id
 def _name(value: Any, code: ErrorCode, what: str) -> str:
     if not isinstance(value, str) or not 1 <= len(value) <= payloads.MAX_NAME_LENGTH:
         raise CassetteError(code, f"{what} must be a string of 1-200 characters")
-    return value
+    return payloads.require_text(value, code, what)
 
 
-def _integer(value: Any, code: ErrorCode, what: str) -> int:
-    """A Python int that SQLite can store (64-bit), else a coded refusal."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise CassetteError(code, f"{what} must be an integer, not {value!r}")
-    if not payloads.INT64_MIN <= value <= payloads.INT64_MAX:
-        raise CassetteError(code, f"{what} is outside the 64-bit integer range")
-    return value
+_integer = payloads.require_int64
 
 
 def _ttl_ms(ttl_seconds: Any) -> int:
@@ -439,6 +433,7 @@ class MessageCassette(LedgerFile):
         }
 
     def get_step(self, step_id: int) -> dict[str, Any]:
+        _integer(step_id, ErrorCode.STEP_NOT_FOUND, "step_id")
         row = self.conn.execute(
             "SELECT step_id, job_id, run_id, message_id, ordinal, status, lease_owner,"
             " lease_expires_at, fencing_token, payload_json FROM cassette_steps WHERE step_id = ?",
@@ -463,4 +458,7 @@ class MessageCassette(LedgerFile):
         """Check structure, the journal chain, state against history and consistency."""
         from .verify import verify_connection
 
-        return verify_connection(self.conn, run_id=run_id, now_ms=self.now_ms())
+        try:
+            return verify_connection(self.conn, run_id=run_id, now_ms=self.now_ms())
+        except sqlite3.Error as exc:  # a malformed page met mid-walk: a coded refusal
+            raise translate(exc) from exc

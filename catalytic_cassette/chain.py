@@ -64,6 +64,7 @@ class CausalChain(LedgerFile):
         artifact_threshold: int = DEFAULT_THRESHOLD_BYTES,
         artifact_dir: str | os.PathLike[str] | None = None,
         auto_seal: AutoSeal | None = None,
+        read_only: bool = False,
     ) -> None:
         self._signing_key = _load_signing_key(signing_key)  # before opening: nothing to leak
         super().__init__(
@@ -72,6 +73,7 @@ class CausalChain(LedgerFile):
             durability=durability,
             busy_timeout_ms=busy_timeout_ms,
             auto_seal=auto_seal,
+            read_only=read_only,
         )
         db_dir = Path(self.db_path).resolve().parent
         root = Path(artifact_dir) if artifact_dir is not None else default_root(self.db_path)
