@@ -1329,7 +1329,7 @@ def assert_refused(result: Result, code: str, exit_code: int = 1) -> None:
 
 
 def _append(db: Path, value: Any, *extra: str) -> Result:
-    return invoke(db, "action", "append", "--json", "-", *extra, stdin=json.dumps(value))
+    return invoke(db, "action", "append", "--actions", "-", *extra, stdin=json.dumps(value))
 
 
 @pytest.fixture
@@ -1379,7 +1379,7 @@ def test_cli_append_an_array_is_one_transaction(cli_db: Path) -> None:
 def test_cli_append_refusals(cli_db: Path, stdin: str | bytes, code: str) -> None:
     out(_append(cli_db, act()))
     before = dump(cli_db)
-    assert_refused(invoke(cli_db, "action", "append", "--json", "-", stdin=stdin), code)
+    assert_refused(invoke(cli_db, "action", "append", "--actions", "-", stdin=stdin), code)
     assert dump(cli_db) == before
 
 
@@ -1473,18 +1473,18 @@ def test_cli_keygen_sign_and_verify(cli_db: Path, tmp_path: Path) -> None:
     assert report["journal_rows"] == 2
 
     missing = invoke(cli_db, "verify", "--public-key", str(tmp_path / "missing.pub"))
-    assert_refused(missing, "KEY_ERROR", exit_code=3)
+    assert_refused(missing, "USAGE", exit_code=2)  # a missing input file is a usage error
     bad_key = invoke(
         cli_db,
         "action",
         "append",
-        "--json",
+        "--actions",
         "-",
         "--signing-key",
         "nope.key",
         stdin=json.dumps(act()),
     )
-    assert_refused(bad_key, "KEY_ERROR")
+    assert_refused(bad_key, "USAGE", exit_code=2)
 
     out(_append(cli_db, act(action_id=uid(9))))  # unsigned
     failed = invoke(cli_db, "verify", "--json", "--public-key", f"{prefix}.pub")
