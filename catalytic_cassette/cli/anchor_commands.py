@@ -71,17 +71,24 @@ def seal(ctx: click.Context, key_path: str, out: str | None, origin: str | None)
     then detects any rewrite of the first sealed entries.
     """
     from ..cassette import MessageCassette
-    from ..seals import record_seal, require_ledger, write_seal_file
+    from ..seals import Seal, record_seal, require_ledger, write_seal_file
     from ..signing import load_private
 
     settings = ctx.find_object(Settings)
     assert settings is not None
     require_ledger(settings.db)
     key = load_private(key_path)  # before opening: a bad key changes nothing
+    written: list[Path] = []
+
+    def write_file(sealed: Seal) -> None:  # inside the transaction: a refusal records nothing
+        if out is not None:
+            written.append(write_seal_file(sealed, out))
+
     with MessageCassette(settings.db, durability=settings.durability) as cassette:
-        sealed = record_seal(cassette.conn, key, now_ms=cassette.now_ms(), origin=origin)
-    written = write_seal_file(sealed, out) if out is not None else None
-    emit({**sealed.to_dict(), "path": str(written) if written else None})
+        sealed = record_seal(
+            cassette.conn, key, now_ms=cassette.now_ms(), origin=origin, before_commit=write_file
+        )
+    emit({**sealed.to_dict(), "path": str(written[0]) if written else None})
 
 
 @click.group()
