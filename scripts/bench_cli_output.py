@@ -83,7 +83,8 @@ def report(label: str, runs: list[tuple[float, int]]) -> str:
     rss = max(r for _, r in runs)
     return (
         f"{label}: median {statistics.median(seconds):.3f} s"
-        f" (range {min(seconds):.3f}-{max(seconds):.3f}, {len(runs)} runs); peak RSS {rss / 1024:.0f} MiB"
+        f" (range {min(seconds):.3f}-{max(seconds):.3f}, {len(runs)} runs);"
+        f" peak RSS {rss / 1024:.0f} MiB"
     )
 
 

@@ -179,6 +179,43 @@ class TestEveryCommand:
         assert file_digest(ledger["db"]) == before
 
 
+class TestAdapter:
+    CLI_DIR = Path(__file__).resolve().parents[1] / "catalytic_cassette" / "cli"
+
+    def test_the_cli_runs_no_sql_of_its_own(self) -> None:
+        for module in self.CLI_DIR.glob("*.py"):
+            source = module.read_text(encoding="utf-8")
+            for needle in (".execute(", ".executemany(", "sqlite3.connect(", "SELECT ", "PRAGMA"):
+                assert needle not in source, (module.name, needle)
+
+    def test_every_command_module_registers_its_commands_explicitly(self) -> None:
+        from catalytic_cassette.cli import (
+            anchor_commands,
+            chain_commands,
+            commands,
+            reasoning_commands,
+        )
+
+        group = click.Group()
+        for module in (commands, chain_commands, reasoning_commands, anchor_commands):
+            module.register(group)
+        assert sorted(group.commands) == sorted(cli.commands)
+
+    def test_progress_only_on_a_terminal_and_for_long_work(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from catalytic_cassette.cli.output import PROGRESS_MIN_ENTRIES, progress_bar
+
+        with progress_bar(10**6, "x") as update:
+            assert update is None  # stderr is not a terminal under pytest
+        monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+        with progress_bar(PROGRESS_MIN_ENTRIES - 1, "x") as update:
+            assert update is None
+        with progress_bar(PROGRESS_MIN_ENTRIES, "x") as update:
+            assert update is not None
+            update(PROGRESS_MIN_ENTRIES)
+
+
 class TestReadCommands:
     @pytest.mark.parametrize("path", sorted(READ_COMMANDS), ids=" ".join)
     def test_a_missing_ledger_is_an_error_and_is_not_created(

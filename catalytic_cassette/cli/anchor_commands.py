@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +14,9 @@ from .boundary import EXIT_CANNOT_VERIFY, emit
 from .commands import Settings
 from .output import progress_bar
 from .params import INPUT_FILE, OUTPUT_FILE, OUTPUT_FILE_OR_DIR
+
+if TYPE_CHECKING:
+    import sqlite3
 
 
 @contextmanager
