@@ -2,8 +2,11 @@
 empty directory, as a new user following it would; shown `$` output is compared.
 
 A block that is not meant to run is marked by an HTML comment on the line before it,
-``<!-- not run: reason -->``; there must be few of them (counted below). Sections added
-to the README are picked up without touching this file.
+``<!-- not run: reason -->``; there must be few of them (counted below). A block the
+README shows as a file's content is marked ``<!-- file: NAME -->`` and written to NAME
+when its turn comes; one that shows a command's output (a diagram, say) is marked
+``<!-- output of: COMMAND -->`` and compared with what COMMAND prints.
+Sections added to the README are picked up without touching this file.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ README = ROOT / "README.md"
 RUNNABLE = {"bash", "sh", "python", "console"}
 SHOWN_ONLY = {"", "sql", "mermaid", "text", "toml"}  # never executed: code or output shown
 NOT_RUN = re.compile(r"^<!-- not run: (.+) -->$")
+FILE = re.compile(r"^<!-- file: ([\w.-]+) -->$")
+OUTPUT_OF = re.compile(r"^<!-- output of: (.+) -->$")
 FENCE = re.compile(r"^```([\w-]*)\s*$")
-EXPECTED_NOT_RUN = 3  # installing the package, the test suite itself, the attack transcript
+EXPECTED_NOT_RUN = 2  # installing the package, the test suite itself
 TIMEOUT_SECONDS = 180
 
 
@@ -33,6 +38,8 @@ class Block:
     language: str
     text: str
     not_run: str | None  # the reason, when marked
+    file_name: str | None = None  # written to this file, when marked
+    output_of: str | None = None  # the command whose output the block shows, when marked
 
 
 def readme_blocks(text: str) -> list[Block]:
@@ -50,13 +57,16 @@ def readme_blocks(text: str) -> list[Block]:
         while index < len(lines) and lines[index].strip() != "```":
             body.append(lines[index])
             index += 1
-        marker = NOT_RUN.match(lines[start - 1]) if start > 0 else None
+        before = lines[start - 1] if start > 0 else ""
+        marker, named, output = NOT_RUN.match(before), FILE.match(before), OUTPUT_OF.match(before)
         blocks.append(
             Block(
                 start + 1,
                 opening.group(1),
                 "\n".join(body) + "\n",
                 marker.group(1) if marker else None,
+                named.group(1) if named else None,
+                output.group(1) if output else None,
             )
         )
         index += 1
@@ -100,6 +110,13 @@ def console_steps(text: str) -> list[tuple[str, list[str]]]:
 def run_block(block: Block, cwd: Path) -> str | None:
     """None when the block ran as shown; else what went wrong."""
     where = f"README.md line {block.line} ({block.language})"
+    if block.output_of is not None:
+        return run_block(
+            Block(block.line, "console", f"$ {block.output_of}\n{block.text}", None), cwd
+        )
+    if block.file_name is not None:
+        (cwd / block.file_name).write_text(block.text, encoding="utf-8")
+        return None
     if block.language in {"bash", "sh"}:
         done = _run(["bash", "-e", "-o", "pipefail", "-s"], cwd, stdin=block.text)
         if done.returncode != 0:
@@ -113,9 +130,9 @@ def run_block(block: Block, cwd: Path) -> str | None:
             return f"{where}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
         return None
     for command, shown in console_steps(block.text):
-        done = _run(["bash", "-o", "pipefail", "-c", command], cwd)
-        if done.returncode != 0:
-            return f"{where}: `{command}` exit {done.returncode}\n{done.stderr}"
+        # What a terminal shows: stdout and stderr together. A transcript may show a
+        # refusal, so the exit status is not checked; the output is.
+        done = _run(["bash", "-o", "pipefail", "-c", f"{{ {command}\n}} 2>&1"], cwd)
         if done.stdout.splitlines() != shown:
             return f"{where}: `{command}` printed\n{done.stdout}\ninstead of\n" + "\n".join(shown)
     return None
@@ -147,13 +164,24 @@ def test_the_harness_finds_blocks_and_compares_output(tmp_path: Path) -> None:
     assert "exit 1" in str(run_block(shell, tmp_path))
     good = readme_blocks("```python\nprint('ok')\n```\n")[0]
     assert run_block(good, tmp_path) is None
+    named = readme_blocks("<!-- file: a.sql -->\n```sql\nSELECT 1;\n```\n")[0]
+    assert run_block(named, tmp_path) is None
+    assert (tmp_path / "a.sql").read_text() == "SELECT 1;\n"
+    diagram = readme_blocks("<!-- output of: echo a -->\n```mermaid\nb\n```\n")[0]
+    assert "instead of" in str(run_block(diagram, tmp_path))
+    shown_on_stderr = readme_blocks("```console\n$ echo oops >&2; false\noops\n```\n")[0]
+    assert run_block(shown_on_stderr, tmp_path) is None
 
 
 @pytest.mark.slow
 def test_readme_blocks_run_as_written_in_order(tmp_path: Path) -> None:
     # From a clone: the scripts the README names are where a clone has them.
     (tmp_path / "scripts").symlink_to(ROOT / "scripts", target_is_directory=True)
-    runnable = [b for b in BLOCKS if b.language in RUNNABLE and b.not_run is None]
+    runnable = [
+        b
+        for b in BLOCKS
+        if b.not_run is None and (b.language in RUNNABLE or b.file_name or b.output_of)
+    ]
     assert len(runnable) >= 8  # the README's examples, not an empty selection
     failures = [failure for b in runnable if (failure := run_block(b, tmp_path)) is not None]
     assert failures == [], "\n\n".join(failures)
