@@ -30,7 +30,7 @@ from catalytic_cassette.cli import cli
 from catalytic_cassette.cli.boundary import VERIFYING_COMMANDS
 from catalytic_cassette.cli.output import write_json_array, write_nl, write_table
 
-from .conftest import action_dict, file_digest
+from .conftest import action_dict, file_digest, unguarded
 
 CODE_LINE = re.compile(r"^error: ([A-Z][A-Z_]+): \S.*$")
 ESC = "\x1b"
@@ -240,6 +240,36 @@ class TestReadCommands:
         empty.touch()
         answered(invoke(empty, "status", "--run-id", "r"), "NOT_A_CASSETTE", 1)
         assert empty.read_bytes() == b""
+
+
+class TestInit:
+    def test_a_ledger_path_that_is_not_utf8_is_written_as_a_json_escape(
+        self, tmp_path: Path
+    ) -> None:
+        name = os.fsdecode(b"ledger-\xff.db")
+        created = json.loads(ok_text(invoke(tmp_path / name, "init")))
+        assert created["db"].endswith("ledger-\udcff.db") and created["created"] is True
+        pending = json.loads(ok_text(invoke(tmp_path / name, "migrate", "--check")))
+        assert pending["pending"] == []
+
+
+class TestForgedText:
+    def test_a_forged_undecodable_field_is_a_coded_refusal(self, ledger: dict[str, Any]) -> None:
+        """Someone who can write the file stores bytes that are not UTF-8 in a TEXT column."""
+        with unguarded(ledger["db"]) as conn:
+            conn.execute(
+                "UPDATE cassette_actions SET function_name = CAST(x'ff' AS TEXT)"
+                " WHERE action_id = ?",
+                (ledger["call"],),
+            )
+        before = file_digest(ledger["db"])
+        answered(invoke(ledger["db"], "actions", "-t"), "DATABASE_ERROR", 1)
+        # Streamed: the rows before the forged one are out already; then one coded line.
+        streamed = invoke(ledger["db"], "actions", "--nl")
+        assert streamed.exit_code == 1 and len(streamed.stdout.splitlines()) == 2
+        assert CODE_LINE.match(streamed.stderr.strip()) is not None
+        assert "DATABASE_ERROR" in streamed.stderr
+        assert file_digest(ledger["db"]) == before
 
 
 class TestKeygen:
@@ -517,6 +547,26 @@ class TestPlanStatus:
         assert missing.exit_code in {0, 1} and "Traceback" not in missing.stderr
 
 
+READ_SYSCALLS = {"0", "63"}  # read(2) on x86_64 and on aarch64
+
+
+def _wait_until_reading_stdin(pid: int, timeout: float = 60.0) -> None:
+    """Until the process sits in read(0, ...): imported, parsed, waiting for its input.
+    Linux says so in /proc/PID/syscall: the syscall number of read, then the fd."""
+    syscall = Path(f"/proc/{pid}/syscall")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            fields = syscall.read_text().split()
+        except OSError:
+            time.sleep(3)  # no /proc: a generous fixed wait instead
+            return
+        if fields[0] in READ_SYSCALLS and fields[1:2] == ["0x0"]:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the process never blocked on reading stdin")
+
+
 class TestInterrupt:
     @pytest.mark.parametrize("command", [("status", "--run-id", "r"), ("verify",)])
     def test_ctrl_c_exits_130_on_one_line(
@@ -550,7 +600,7 @@ class TestInterrupt:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        time.sleep(1.5)  # imported and blocked on reading stdin
+        _wait_until_reading_stdin(proc.pid)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, err

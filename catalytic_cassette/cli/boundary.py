@@ -7,7 +7,9 @@ Commands never pick an exit status for an error; they raise, and this module map
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 from typing import IO, Any
@@ -15,7 +17,7 @@ from typing import IO, Any
 import click
 import orjson
 
-from ..errors import CassetteError, ErrorCode
+from ..errors import CassetteError, ErrorCode, translate
 from ..terminal import printable
 
 EXIT_OK = 0
@@ -62,6 +64,8 @@ def refusal(exc: BaseException, command: str | None) -> Refusal | None:
     if isinstance(exc, click.ClickException):
         help_hint = " (see --help)" if isinstance(exc, click.UsageError) else ""
         return Refusal(ErrorCode.USAGE.value, exc.format_message() + help_hint, EXIT_USAGE)
+    if isinstance(exc, sqlite3.Error):  # met while streaming rows: a forged, undecodable text
+        return refusal(translate(exc), command)
     if isinstance(exc, UnicodeError):
         return Refusal(ErrorCode.INVALID_ARGUMENT.value, f"not valid UTF-8 text: {exc}", refused)
     if isinstance(exc, OSError):
@@ -133,5 +137,11 @@ class CassetteGroup(click.Group):
 
 def emit(value: Any) -> None:
     """Write one JSON document to stdout."""
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode("utf-8") + "\n")
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode("utf-8")
+    except TypeError:
+        # A path from the command line with undecodable bytes (a lone surrogate): orjson
+        # refuses it; the standard encoder writes it as a JSON escape, "\udcff".
+        text = json.dumps(value, indent=2, ensure_ascii=True)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
