@@ -6,6 +6,7 @@ traceback, and the ledger byte-for-byte unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -23,6 +24,8 @@ import click
 import orjson
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from catalytic_cassette import ManualClock
 from catalytic_cassette.chain import CausalChain
@@ -606,3 +609,86 @@ class TestInterrupt:
         assert proc.returncode == 130, err
         assert err.decode().strip().splitlines()[-1].startswith("error: INTERRUPTED: ")
         assert b"Traceback" not in err
+
+
+@contextlib.contextmanager
+def _working_directory(path: Path) -> Iterator[None]:
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+# Tokens an ordinary mistake (or a hostile caller) puts on a command line.
+WEIRD_VALUES = [
+    "",
+    "-",
+    "0",
+    "-1",
+    "1.5",
+    "nan",
+    "inf",
+    str(2**64),
+    "x" * 300,
+    "\x1b[8m",
+    os.fsdecode(b"\xff\xfe"),
+    "missing/file",
+    ".",
+    "{}",
+    "[]",
+    "cp-" + "0" * 64,
+    "00000000-0000-4000-8000-000000000000",
+]
+
+
+def _command_line(data: st.DataObject, command: click.Command, real_files: list[str]) -> list[str]:
+    """Arguments, then a drawn subset of options (required ones mostly present), each
+    value an ordinary mistake, a hostile string or a real file of the fixture."""
+    value = st.sampled_from([*WEIRD_VALUES, *real_files])
+    args: list[str] = []
+    for param in command.params:
+        if isinstance(param, click.Argument) and (param.required or data.draw(st.booleans())):
+            args.append(data.draw(value))
+    for param in command.params:
+        if not isinstance(param, click.Option) or param.name == "help":
+            continue
+        if not data.draw(st.integers(0, 9)) < (8 if param.required else 3):
+            continue
+        args.append(param.opts[-1])
+        if not param.is_flag:
+            args.append(data.draw(value))
+    return args
+
+
+FUZZED = [p for p in _command_paths(cli) if p not in {("demo",)}]
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_no_command_line_gives_a_traceback(ledger: dict[str, Any], data: st.DataObject) -> None:
+    path = data.draw(st.sampled_from(FUZZED), label="command")
+    command: Any = cli
+    for name in path:
+        command = command.commands[name]
+    real_files = [str(ledger[k]) for k in ("db", "key", "pub")]
+    args = _command_line(data, command, real_files)
+    with _working_directory(ledger["tmp"]):  # relative output paths land in the temp dir
+        result = CliRunner().invoke(cli, ["--db", str(ledger["db"]), *path, *args], input=b"{}")
+    event(f"exit {result.exit_code}")
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        path,
+        args,
+        result.stderr[-2000:],
+    )
+    assert result.exit_code in {0, 1, 2, 3}, (path, args, result.exit_code, result.stderr)
+    if result.exit_code == 2 or (result.exit_code != 0 and path[0] not in VERIFYING_COMMANDS):
+        last = result.stderr.splitlines()[-1]
+        assert CODE_LINE.match(last), (path, args, result.stderr)
+    assert "Traceback" not in result.stderr
