@@ -1462,17 +1462,17 @@ def test_cli_keygen_sign_and_verify(cli_db: Path, tmp_path: Path) -> None:
 
     stored = out(_append(cli_db, [act(), act(session_id="s")], "--signing-key", f"{prefix}.key"))
     assert all(a["metadata"]["key_id"] == made["key_id"] for a in stored)
-    passed = invoke(cli_db, "verify", "--public-key", f"{prefix}.pub")
+    passed = invoke(cli_db, "verify", "--action-key", f"{prefix}.pub")
     assert passed.exit_code == 0, (passed.stdout, passed.stderr)
     assert "PASS" in passed.stderr
 
-    as_json = invoke(cli_db, "verify", "--json", "--public-key", f"{prefix}.pub")
+    as_json = invoke(cli_db, "verify", "--json", "--action-key", f"{prefix}.pub")
     assert as_json.exit_code == 0
     report = json.loads(as_json.stdout)
     assert report["ok"] is True and report["findings"] == []
     assert report["journal_rows"] == 2
 
-    missing = invoke(cli_db, "verify", "--public-key", str(tmp_path / "missing.pub"))
+    missing = invoke(cli_db, "verify", "--action-key", str(tmp_path / "missing.pub"))
     assert_refused(missing, "USAGE", exit_code=2)  # a missing input file is a usage error
     bad_key = invoke(
         cli_db,
@@ -1487,7 +1487,7 @@ def test_cli_keygen_sign_and_verify(cli_db: Path, tmp_path: Path) -> None:
     assert_refused(bad_key, "USAGE", exit_code=2)
 
     out(_append(cli_db, act(action_id=uid(9))))  # unsigned
-    failed = invoke(cli_db, "verify", "--json", "--public-key", f"{prefix}.pub")
+    failed = invoke(cli_db, "verify", "--json", "--action-key", f"{prefix}.pub")
     assert failed.exit_code == 1
     found = json.loads(failed.stdout)
     assert found["ok"] is False

@@ -254,15 +254,14 @@ def status(ctx: click.Context, run_id: str) -> None:
     "--public-key",
     type=INPUT_FILE,
     default=None,
-    help="Ed25519 public key (PEM). With --against it pins the seals' signer; without,"
-    " every action's signature is checked against it.",
+    help="The ledger's Ed25519 public key (PEM), which signed the seals; with --against.",
 )
 @click.option("--origin", default=None, help="With --against: the origin the seals must name.")
 @click.option(
     "--action-key",
     type=INPUT_FILE,
     default=None,
-    help="Check every action's signature against this public key (with or without --against).",
+    help="Check every action's signature against this public key (cassette keygen's .pub).",
 )
 @click.pass_context
 def verify(
@@ -287,11 +286,17 @@ def verify(
     assert settings is not None
     if against is not None and (public_key is None or origin is None):
         raise click.UsageError("--against needs --public-key and --origin to pin the seals")
+    if against is None and (public_key is not None or origin is not None):
+        # One meaning per option: --public-key is the seals' signer, as for verify-proof
+        # and restore; an action signer is --action-key.
+        raise click.UsageError(
+            "--public-key and --origin pin the seals of --against; check action"
+            " signatures with --action-key"
+        )
     from ..signing import load_public
 
-    seal_key = load_public(public_key) if against and public_key else None
-    actions_by = action_key or (public_key if against is None else None)
-    key = load_public(actions_by) if actions_by is not None else None
+    seal_key = load_public(public_key) if public_key is not None else None
+    key = load_public(action_key) if action_key is not None else None
     anchors = None
     if against is not None:
         from ..anchor import load_anchors
