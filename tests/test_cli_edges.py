@@ -275,6 +275,19 @@ class TestForgedText:
         assert file_digest(ledger["db"]) == before
 
 
+class TestVerify:
+    def test_public_key_means_the_seal_signer_only(self, ledger: dict[str, Any]) -> None:
+        result = invoke(ledger["db"], "verify", "--public-key", str(ledger["pub"]))
+        answered(result, "USAGE", 2)
+        assert "--action-key" in result.stderr
+
+    def test_action_key_checks_signatures(self, ledger: dict[str, Any]) -> None:
+        result = invoke(ledger["db"], "verify", "--json", "--action-key", str(ledger["pub"]))
+        assert result.exit_code == 1  # the fixture's actions are unsigned
+        kinds = {f["kind"] for f in json.loads(result.stdout)["findings"]}
+        assert kinds == {"unsigned_action"}
+
+
 class TestKeygen:
     def test_a_missing_directory_is_a_usage_error(self, tmp_path: Path) -> None:
         answered(
