@@ -136,6 +136,37 @@ WRITE_COMMANDS = {
 }
 
 
+# Enough arguments for each command to parse, so that its body runs.
+_REQUIRED_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
+    **READ_COMMANDS,
+    ("post",): ("--payload", "-", "--run-id", "r", "--source", "USER"),
+    ("claim",): ("--run-id", "r", "--worker", "w"),
+    ("complete",): (
+        "--run-id",
+        "r",
+        "--step",
+        "1",
+        "--worker",
+        "w",
+        "--token",
+        "1",
+        "--receipt",
+        "-",
+        "--outcome",
+        "SUCCESS",
+    ),
+    ("requeue",): ("--run-id", "r"),
+    ("action", "append"): ("--actions", "-"),
+    ("keygen",): ("--out", "{tmp}/new"),
+    ("checkpoint", "save"): ("--plan", "p", "--context", "-"),
+    ("resume",): ("--plan", "p"),
+    ("seal",): ("--key", "{key}"),
+    ("verify-proof",): ("{pub}", "--public-key", "{pub}", "--origin", "o"),
+    ("backup",): ("{tmp}/b.db", "--key", "{key}"),
+    ("restore",): ("{db}", "{tmp}/r.db", "--public-key", "{pub}", "--origin", "o"),
+}
+
+
 def _fill(args: tuple[str, ...], values: dict[str, Any]) -> list[str]:
     return [a.format(**{k: str(v) for k, v in values.items()}) for a in args]
 
@@ -594,6 +625,22 @@ class TestInterrupt:
         monkeypatch.setattr("catalytic_cassette.cassette.MessageCassette.status", interrupted)
         monkeypatch.setattr("catalytic_cassette.verify.verify_path", interrupted)
         answered(invoke(ledger["db"], *command), "INTERRUPTED", 130)
+
+    @pytest.mark.parametrize("path", _command_paths(cli), ids=" ".join)
+    def test_every_command_maps_ctrl_c_to_130(
+        self, ledger: dict[str, Any], monkeypatch: pytest.MonkeyPatch, path: tuple[str, ...]
+    ) -> None:
+        """Ctrl-C inside any command's body (its callback is where the work runs)."""
+        command: Any = cli
+        for name in path:
+            command = command.commands[name]
+
+        def interrupted(*args: Any, **kwargs: Any) -> Any:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(command, "callback", interrupted)
+        args = [*path, *_fill(_REQUIRED_ARGS.get(path, ()), ledger)]
+        answered(invoke(ledger["db"], *args), "INTERRUPTED", 130)
 
     def test_sigint_in_a_real_process(self, tmp_path: Path) -> None:
         """A process stopped by Ctrl-C while it waits for stdin: exit 130, one line."""
