@@ -144,8 +144,7 @@ def _validate(action: Action) -> None:
         value = getattr(action, name)
         if value is None and name in _OPTIONAL_TEXT:
             continue
-        if not isinstance(value, str):
-            raise CassetteError(_TEXT_CODES[name], f"{name} must be a string")
+        payloads.require_text(value, _TEXT_CODES[name], name)
     if action.category is not None and action.category not in CATEGORIES:
         raise CassetteError(
             ErrorCode.INVALID_CATEGORY, f"category must be one of {', '.join(CATEGORIES)}"

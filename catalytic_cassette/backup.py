@@ -17,7 +17,7 @@ from .connection import connect, connect_readonly
 from .errors import CassetteError, ErrorCode, translate
 from .seals import check_origin, default_origin, record_seal, require_ledger, write_seal_file
 from .tree import StoredTree
-from .verify import VerifyReport, verify_path
+from .verify import Progress, VerifyReport, verify_path
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -95,8 +95,11 @@ def backup(
     *,
     origin: str | None = None,
     clock: Clock | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Snapshot ``source_path`` to ``dest``, verify the copy, seal it, write DEST.seal.
+
+    ``progress`` is called with journal entries as the copy is verified (the long part).
 
     The seal is recorded in the source ledger (the copy stays byte-for-byte the
     snapshot) and its root checked against the copy's before the seal file is written.
@@ -115,7 +118,7 @@ def backup(
         chosen = check_origin(origin if origin is not None else default_origin(source))
         _copy(source, target)
         created.append(target)
-        report = verify_path(str(target))
+        report = verify_path(str(target), progress=progress)
         if not report.ok:
             raise _failed(report, "the copy does not verify")
         seal = record_seal(
@@ -155,6 +158,7 @@ def restore(
     origin: str,
     *,
     seal: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Copy a backup to ``dest`` only if it verifies and is exactly what its seal signed:
     the pinned key signed it, under the pinned origin, at the backup's full size."""
@@ -171,10 +175,12 @@ def restore(
     if not target.parent.is_dir():
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {target.parent}")
     anchors = load_anchors(seal_file)
-    report = verify_path(str(backup_path), anchors=anchors, seal_key=public_key, origin=origin)
+    report = verify_path(
+        str(backup_path), anchors=anchors, seal_key=public_key, origin=origin, progress=progress
+    )
     if report.unverifiable:
         error = _failed(report, "the backup's seal cannot be checked with this key and origin")
-        error.exit_code = 3
+        error.detail["unverifiable"] = True
         raise error
     if not report.ok:
         raise _failed(report, "the backup fails verify")

@@ -61,16 +61,10 @@ RETURNING receipt_id
 def _name(value: Any, code: ErrorCode, what: str) -> str:
     if not isinstance(value, str) or not 1 <= len(value) <= payloads.MAX_NAME_LENGTH:
         raise CassetteError(code, f"{what} must be a string of 1-200 characters")
-    return value
+    return payloads.require_text(value, code, what)
 
 
-def _integer(value: Any, code: ErrorCode, what: str) -> int:
-    """A Python int that SQLite can store (64-bit), else a coded refusal."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise CassetteError(code, f"{what} must be an integer, not {value!r}")
-    if not payloads.INT64_MIN <= value <= payloads.INT64_MAX:
-        raise CassetteError(code, f"{what} is outside the 64-bit integer range")
-    return value
+_integer = payloads.require_int64
 
 
 def _ttl_ms(ttl_seconds: Any) -> int:
@@ -148,6 +142,7 @@ class MessageCassette(LedgerFile):
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         auto_seal: AutoSeal | None = None,
         worker_key: WorkerKey | None = None,
+        read_only: bool = False,
     ) -> None:
         self.worker_key = worker_key
         super().__init__(
@@ -156,6 +151,7 @@ class MessageCassette(LedgerFile):
             durability=durability,
             busy_timeout_ms=busy_timeout_ms,
             auto_seal=auto_seal,
+            read_only=read_only,
         )
 
     def _signing_as(self, worker_id: str) -> WorkerKey | None:
@@ -567,6 +563,7 @@ class MessageCassette(LedgerFile):
         }
 
     def get_step(self, step_id: int) -> dict[str, Any]:
+        _integer(step_id, ErrorCode.STEP_NOT_FOUND, "step_id")
         row = self.conn.execute(
             "SELECT step_id, job_id, run_id, message_id, ordinal, status, lease_owner,"
             " lease_expires_at, fencing_token, payload_json FROM cassette_steps WHERE step_id = ?",
@@ -595,4 +592,7 @@ class MessageCassette(LedgerFile):
         from .verify import VerifyOptions, verify_connection
 
         options = VerifyOptions(run_id=run_id, now_ms=self.now_ms(), worker_keys=worker_keys)
-        return verify_connection(self.conn, options)
+        try:
+            return verify_connection(self.conn, options)
+        except sqlite3.Error as exc:  # a malformed page met mid-walk: a coded refusal
+            raise translate(exc) from exc

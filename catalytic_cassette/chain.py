@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +64,7 @@ class CausalChain(LedgerFile):
         artifact_threshold: int = DEFAULT_THRESHOLD_BYTES,
         artifact_dir: str | os.PathLike[str] | None = None,
         auto_seal: AutoSeal | None = None,
+        read_only: bool = False,
     ) -> None:
         self._signing_key = _load_signing_key(signing_key)  # before opening: nothing to leak
         super().__init__(
@@ -72,6 +73,7 @@ class CausalChain(LedgerFile):
             durability=durability,
             busy_timeout_ms=busy_timeout_ms,
             auto_seal=auto_seal,
+            read_only=read_only,
         )
         db_dir = Path(self.db_path).resolve().parent
         root = Path(artifact_dir) if artifact_dir is not None else default_root(self.db_path)
@@ -192,12 +194,23 @@ class CausalChain(LedgerFile):
     def _select(
         self, where: str, params: tuple[Any, ...], limit: int | None = None
     ) -> list[Action]:
+        return list(self._stream(where, params, limit))
+
+    def _stream(
+        self, where: str, params: tuple[Any, ...], limit: int | None = None, offset: int = 0
+    ) -> Iterator[Action]:
+        """Rows decoded one at a time as SQLite returns them; the checks run on the call."""
         sql = f"SELECT {SELECT_COLUMNS} FROM cassette_actions WHERE {where} ORDER BY action_seq"
-        if limit is not None:
-            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-                raise CassetteError(ErrorCode.INVALID_ARGUMENT, "limit must be a positive integer")
-            sql += f" LIMIT {int(limit)}"
-        return [self._decode(row) for row in self.conn.execute(sql, params)]
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise CassetteError(ErrorCode.INVALID_ARGUMENT, "limit must be a positive integer")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise CassetteError(ErrorCode.INVALID_ARGUMENT, "offset must be a non-negative integer")
+        if limit is not None or offset:
+            sql += f" LIMIT {-1 if limit is None else int(limit)} OFFSET {int(offset)}"
+        cursor = self.conn.execute(sql, params)
+        return (self._decode(row) for row in cursor)
 
     def get_action(self, action_id: str) -> Action:
         found = self._select("action_id = ?", (action_id,))
@@ -234,6 +247,28 @@ class CausalChain(LedgerFile):
         action_type: str | None = None,
         limit: int | None = None,
     ) -> list[Action]:
+        return list(
+            self.iter_actions(
+                plan_id=plan_id,
+                intent_id=intent_id,
+                session_id=session_id,
+                action_type=action_type,
+                limit=limit,
+            )
+        )
+
+    def iter_actions(
+        self,
+        *,
+        plan_id: str | None = None,
+        intent_id: str | None = None,
+        session_id: str | None = None,
+        action_type: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> Iterator[Action]:
+        """Like ``find_actions``, one action at a time, in constant memory: read it
+        before the next call on this ledger (it holds the query open)."""
         clauses, params = ["1"], []
         for column, value in (
             ("plan_id", plan_id),
@@ -244,7 +279,7 @@ class CausalChain(LedgerFile):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
-        return self._select(" AND ".join(clauses), tuple(params), limit)
+        return self._stream(" AND ".join(clauses), tuple(params), limit, offset)
 
     def get_children(self, action_id: str) -> list[Action]:
         self._require(action_id)

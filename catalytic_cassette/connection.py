@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from . import safe_files, sqlfiles
 from .clock import Clock, SystemClock
@@ -71,6 +72,38 @@ def _check_file(path: str) -> None:
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory is not writable: {target.parent}")
 
 
+class CassetteConnection(sqlite3.Connection):
+    """A connection whose parameters cannot escape as Python errors.
+
+    sqlite3 raises UnicodeEncodeError for a str holding a lone surrogate (undecodable
+    bytes of a command-line argument), OverflowError for an int outside 64 bits and
+    ProgrammingError for an unsupported type, before SQLite sees the statement; each
+    becomes INVALID_ARGUMENT here, once, for every query of the package.
+    """
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        try:
+            return super().execute(sql, parameters)
+        except (UnicodeEncodeError, OverflowError, sqlite3.ProgrammingError) as exc:
+            raise _bad_parameter(exc) from exc
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        try:
+            return super().executemany(sql, parameters)
+        except (UnicodeEncodeError, OverflowError, sqlite3.ProgrammingError) as exc:
+            raise _bad_parameter(exc) from exc
+
+
+def _bad_parameter(exc: Exception) -> Exception:
+    if isinstance(exc, sqlite3.ProgrammingError) and "binding parameter" not in str(exc):
+        return exc  # misuse of the connection, not a bad value: not a refusal
+    if isinstance(exc, UnicodeEncodeError):
+        return CassetteError(ErrorCode.INVALID_ARGUMENT, "an argument is not valid UTF-8 text")
+    if isinstance(exc, OverflowError):
+        return CassetteError(ErrorCode.INVALID_ARGUMENT, "an integer is outside 64 bits")
+    return CassetteError(ErrorCode.INVALID_ARGUMENT, f"an argument has an unsupported type: {exc}")
+
+
 def register_functions(conn: sqlite3.Connection, clock: Clock) -> None:
     conn.create_function("cassette_now_ms", 0, clock.now_ms)
     for name, (arity, function) in sql_functions().items():
@@ -92,7 +125,12 @@ def connect(
     _check_file(path)
     clock = clock or SystemClock()
     try:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
+        conn = sqlite3.connect(
+            path,
+            isolation_level=None,
+            timeout=busy_timeout_ms / 1000,
+            factory=CassetteConnection,
+        )
     except sqlite3.Error as exc:
         raise translate(exc) from exc
     try:
@@ -196,6 +234,7 @@ def _open_readonly(uri: str, any_thread: bool, timeout_ms: int) -> sqlite3.Conne
             isolation_level=None,
             check_same_thread=not any_thread,
             timeout=timeout_ms / 1000,
+            factory=CassetteConnection,
         )
     except sqlite3.Error as exc:
         raise translate(exc) from exc
@@ -238,8 +277,38 @@ def cannot_read(exc: sqlite3.Error) -> CassetteError | None:
     error = translate(exc)
     if error.code not in (ErrorCode.BUSY, ErrorCode.CANNOT_OPEN):
         error = CassetteError(ErrorCode.CANNOT_OPEN, f"cannot read the ledger now: {exc}")
-    error.exit_code = 3
+    error.detail["unverifiable"] = True  # the CLI exits 3: nothing was checked
     return error
+
+
+def connect_reader(
+    path: str | os.PathLike[str], *, clock: Clock | None = None
+) -> sqlite3.Connection:
+    """Open an existing, current cassette for reading only: never creates, migrates or
+    writes the file (a missing ledger is CANNOT_OPEN, an old one SCHEMA_OUTDATED)."""
+    conn = connect_readonly(path)
+    try:
+        version = schema_version(conn)
+        latest = current_version()
+        if version == 0:
+            raise CassetteError(ErrorCode.NOT_A_CASSETTE, f"not a cassette ledger: {path}")
+        if version > latest:
+            raise CassetteError(
+                ErrorCode.SCHEMA_TOO_NEW,
+                f"schema version {version} is newer than this package ({latest}); upgrade it",
+            )
+        if version < latest:
+            raise CassetteError(
+                ErrorCode.SCHEMA_OUTDATED, f"schema version {version}: run `cassette migrate` first"
+            )
+        register_functions(conn, clock or SystemClock())
+    except sqlite3.Error as exc:
+        conn.close()
+        raise translate(exc) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 @contextmanager

@@ -91,12 +91,16 @@ class ErrorCode(str, Enum):
     SCHEMA_OUTDATED = "SCHEMA_OUTDATED"
     MIGRATION_FAILED = "MIGRATION_FAILED"
     DATABASE_ERROR = "DATABASE_ERROR"
+    USAGE = "USAGE"  # the CLI: an unknown option, a missing input file, a bad number
+    INTERRUPTED = "INTERRUPTED"  # the CLI: Ctrl-C
 
 
 class CassetteError(Exception):
-    """A refusal with a stable code. The sqlite3 error, if any, is ``__cause__``."""
+    """A refusal with a stable code. The sqlite3 error, if any, is ``__cause__``.
 
-    exit_code = 1  # what the CLI exits with; verify raises it to 3 ("cannot verify")
+    The CLI maps it to an exit status at its boundary (cli/boundary.py); a refusal that
+    means "could not be checked" rather than "failed" carries ``unverifiable=True``.
+    """
 
     def __init__(self, code: ErrorCode, message: str, **detail: Any) -> None:
         super().__init__(f"{code.value}: {message}")

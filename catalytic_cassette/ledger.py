@@ -10,7 +10,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from .clock import Clock, SystemClock
-from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect, ledger_now, write_transaction
+from .connection import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    connect,
+    connect_reader,
+    ledger_now,
+    write_transaction,
+)
 
 if TYPE_CHECKING:
     from .seals import AutoSeal
@@ -25,7 +31,11 @@ def default_db_path() -> str:
 
 
 class LedgerFile:
-    """Opens (creating and migrating if needed) the ledger; a context manager."""
+    """Opens (creating and migrating if needed) the ledger; a context manager.
+
+    ``read_only=True`` opens an existing, current ledger without ever writing it: a
+    missing file is CANNOT_OPEN instead of a new empty ledger, and writes are refused.
+    """
 
     def __init__(
         self,
@@ -35,13 +45,21 @@ class LedgerFile:
         durability: str | None = None,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         auto_seal: AutoSeal | None = None,
+        read_only: bool = False,
     ) -> None:
-        self.auto_seal = auto_seal
+        self.auto_seal = None if read_only else auto_seal
         self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
         self.clock: Clock = clock or SystemClock()
-        self.conn: sqlite3.Connection = connect(
-            self.db_path, clock=self.clock, durability=durability, busy_timeout_ms=busy_timeout_ms
-        )
+        self.conn: sqlite3.Connection
+        if read_only:
+            self.conn = connect_reader(self.db_path, clock=self.clock)
+        else:
+            self.conn = connect(
+                self.db_path,
+                clock=self.clock,
+                durability=durability,
+                busy_timeout_ms=busy_timeout_ms,
+            )
 
     def now_ms(self) -> int:
         """The writer's clock: the same object the SQL function cassette_now_ms() reads."""

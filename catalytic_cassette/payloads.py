@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import orjson
@@ -15,11 +16,56 @@ DEFAULT_INTENT = "default"
 
 
 def dumps(value: Any) -> str:
-    """Canonical JSON: sorted keys, no whitespace, UTF-8."""
+    """Canonical JSON: sorted keys, no whitespace, UTF-8.
+
+    orjson writes NaN and the infinities as ``null``, which would make ``{"x": NaN}`` and
+    ``{"x": null}`` the same stored value; JSON has no such numbers, so they are refused.
+    Only an encoding that contains ``null`` can hide one, so the walk runs only then.
+    """
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode("utf-8")
+        encoded = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError as exc:
         raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"not JSON-serialisable: {exc}") from exc
+    if b"null" in encoded:
+        refuse_non_finite(value)
+    return encoded.decode("utf-8")
+
+
+def refuse_non_finite(value: Any) -> None:
+    """INVALID_PAYLOAD if a float in ``value`` is NaN or infinite (an iterative walk)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise CassetteError(
+                    ErrorCode.INVALID_PAYLOAD, f"{item!r} is not a JSON number (NaN or infinite)"
+                )
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+
+
+def require_text(value: Any, code: ErrorCode, what: str) -> str:
+    """A str that SQLite can store as UTF-8 text: a lone surrogate (from undecodable
+    bytes, ``surrogateescape``) is refused with ``code``, not a UnicodeEncodeError."""
+    if not isinstance(value, str):
+        raise CassetteError(code, f"{what} must be a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CassetteError(code, f"{what} is not valid UTF-8 text") from None
+    return value
+
+
+def require_int64(value: Any, code: ErrorCode, what: str) -> int:
+    """A Python int that SQLite can store (64-bit), else a coded refusal."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CassetteError(code, f"{what} must be an integer, not {type(value).__name__}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise CassetteError(code, f"{what} is outside the 64-bit integer range")
+    return value
 
 
 def loads(text: str) -> Any:

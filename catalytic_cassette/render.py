@@ -1,4 +1,8 @@
-"""Text, Mermaid and Graphviz DOT renderings of the execution tree with cause edges."""
+"""Text, Mermaid and Graphviz DOT renderings of the execution tree with cause edges.
+
+Stored text (function names, rationales, ids) goes through ``printable``: a field
+cannot move the cursor, hide a marker or start a line of its own.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,15 @@ from typing import Any
 
 from .actions import Action
 from .reasoning import summary
+from .terminal import printable
 
 
 def _label(action: Action) -> str:
-    return summary(action.action_type, action.function_name, None, action.success)
+    return printable(summary(action.action_type, action.function_name, None, action.success))
 
 
 def _short(action_id: str) -> str:
-    return action_id[:8]
+    return printable(action_id[:8])
 
 
 def tree_text(actions: Sequence[Action]) -> str:
@@ -25,17 +30,14 @@ def tree_text(actions: Sequence[Action]) -> str:
         parent = action.parent_action_id if action.parent_action_id in present else None
         children.setdefault(parent, []).append(action)
     lines: list[str] = []
-
-    def walk(parent: str | None, depth: int) -> None:
-        for action in children.get(parent, []):
-            note = f"  <- caused by {_short(action.caused_by)}" if action.caused_by else ""
-            category = f" [{action.category}]" if action.category else ""
-            lines.append(
-                f"{'  ' * depth}{_short(action.action_id)} {_label(action)}{category}{note}"
-            )
-            walk(action.action_id, depth + 1)
-
-    walk(None, 0)
+    # Depth first with an explicit stack: a chain thousands deep needs no recursion.
+    stack: list[tuple[Action, int]] = [(a, 0) for a in reversed(children.get(None, []))]
+    while stack:
+        action, depth = stack.pop()
+        note = f"  <- caused by {_short(action.caused_by)}" if action.caused_by else ""
+        category = f" [{printable(action.category)}]" if action.category else ""
+        lines.append(f"{'  ' * depth}{_short(action.action_id)} {_label(action)}{category}{note}")
+        stack.extend((child, depth + 1) for child in reversed(children.get(action.action_id, [])))
     return "\n".join(lines)
 
 
@@ -86,9 +88,9 @@ def chain_text(result: dict[str, Any]) -> str:
     """The cause chain as an indented, numbered list, root first."""
     lines = []
     for entry in result["chain"]:
-        category = f" [{entry['category']}]" if entry["category"] else ""
+        category = f" [{printable(entry['category'])}]" if entry["category"] else ""
         lines.append(
-            f"{'   ' * entry['depth']}{entry['depth'] + 1}. {entry['summary']}{category}"
+            f"{'   ' * entry['depth']}{entry['depth'] + 1}. {printable(entry['summary'])}{category}"
             f" ({_short(entry['action_id'])}, t={entry['timestamp']})"
         )
     if result["truncated"]:
@@ -108,12 +110,15 @@ def reasoning_text(result: dict[str, Any]) -> str:
     ]
     if "message" in result:
         lines.append(result["message"])
+    lines = [printable(line) for line in lines]  # each line is built from one or two fields
     return "\n".join(lines)
 
 
 def stats_text(stats: dict[str, Any]) -> str:
     scope = (
-        ", ".join(f"{k}={stats[k]}" for k in ("plan_id", "session_id") if stats[k] is not None)
+        ", ".join(
+            f"{k}={printable(stats[k])}" for k in ("plan_id", "session_id") if stats[k] is not None
+        )
         or "whole ledger"
     )
     lines = [

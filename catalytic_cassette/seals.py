@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,11 +80,14 @@ def record_seal(
     now_ms: int,
     origin: str | None,
     size: int | None = None,
+    before_commit: Callable[[Seal], object] | None = None,
 ) -> Seal:
     """Sign the head (or the first ``size`` entries) and record it, in one transaction.
 
     The seal covers the entries before its own journal entry. The database checks
     that the sealed root is the root of the stored tree at that size.
+    ``before_commit`` (writing the seal file) runs inside the transaction: if it
+    raises, the seal is not recorded, so a refused ``cassette seal`` changes nothing.
     """
     from .note import ed25519_key_id
 
@@ -109,7 +113,10 @@ def record_seal(
             " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (seal_id, size, root.hex(), chosen, key_id, note.decode("utf-8"), now_ms),
         )
-    return Seal(seal_id, size, root, chosen, key_id, note, now_ms)
+        sealed = Seal(seal_id, size, root, chosen, key_id, note, now_ms)
+        if before_commit is not None:
+            before_commit(sealed)
+    return sealed
 
 
 def require_ledger(path: str | os.PathLike[str]) -> None:

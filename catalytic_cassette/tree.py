@@ -82,3 +82,20 @@ class StoredTree:
                 f"a consistency proof needs 0 < old size <= new size, not {old_size}, {new_size}",
             )
         return merkle.consistency_proof(old_size, new_size, self.subtree)
+
+
+def journal_size(path: str) -> int:
+    """Entries in the journal of the ledger at ``path``, read-only; 0 when it cannot be
+    read (a progress bar's length: the caller reports the real error itself)."""
+    from .connection import connect_readonly
+
+    try:
+        conn = connect_readonly(path)
+    except CassetteError:
+        return 0
+    try:
+        return size(conn)
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()

@@ -1329,7 +1329,7 @@ def assert_refused(result: Result, code: str, exit_code: int = 1) -> None:
 
 
 def _append(db: Path, value: Any, *extra: str) -> Result:
-    return invoke(db, "action", "append", "--json", "-", *extra, stdin=json.dumps(value))
+    return invoke(db, "action", "append", "--actions", "-", *extra, stdin=json.dumps(value))
 
 
 @pytest.fixture
@@ -1379,7 +1379,7 @@ def test_cli_append_an_array_is_one_transaction(cli_db: Path) -> None:
 def test_cli_append_refusals(cli_db: Path, stdin: str | bytes, code: str) -> None:
     out(_append(cli_db, act()))
     before = dump(cli_db)
-    assert_refused(invoke(cli_db, "action", "append", "--json", "-", stdin=stdin), code)
+    assert_refused(invoke(cli_db, "action", "append", "--actions", "-", stdin=stdin), code)
     assert dump(cli_db) == before
 
 
@@ -1462,32 +1462,32 @@ def test_cli_keygen_sign_and_verify(cli_db: Path, tmp_path: Path) -> None:
 
     stored = out(_append(cli_db, [act(), act(session_id="s")], "--signing-key", f"{prefix}.key"))
     assert all(a["metadata"]["key_id"] == made["key_id"] for a in stored)
-    passed = invoke(cli_db, "verify", "--public-key", f"{prefix}.pub")
+    passed = invoke(cli_db, "verify", "--action-key", f"{prefix}.pub")
     assert passed.exit_code == 0, (passed.stdout, passed.stderr)
     assert "PASS" in passed.stderr
 
-    as_json = invoke(cli_db, "verify", "--json", "--public-key", f"{prefix}.pub")
+    as_json = invoke(cli_db, "verify", "--json", "--action-key", f"{prefix}.pub")
     assert as_json.exit_code == 0
     report = json.loads(as_json.stdout)
     assert report["ok"] is True and report["findings"] == []
     assert report["journal_rows"] == 2
 
-    missing = invoke(cli_db, "verify", "--public-key", str(tmp_path / "missing.pub"))
-    assert_refused(missing, "KEY_ERROR", exit_code=3)
+    missing = invoke(cli_db, "verify", "--action-key", str(tmp_path / "missing.pub"))
+    assert_refused(missing, "USAGE", exit_code=2)  # a missing input file is a usage error
     bad_key = invoke(
         cli_db,
         "action",
         "append",
-        "--json",
+        "--actions",
         "-",
         "--signing-key",
         "nope.key",
         stdin=json.dumps(act()),
     )
-    assert_refused(bad_key, "KEY_ERROR")
+    assert_refused(bad_key, "USAGE", exit_code=2)
 
     out(_append(cli_db, act(action_id=uid(9))))  # unsigned
-    failed = invoke(cli_db, "verify", "--json", "--public-key", f"{prefix}.pub")
+    failed = invoke(cli_db, "verify", "--json", "--action-key", f"{prefix}.pub")
     assert failed.exit_code == 1
     found = json.loads(failed.stdout)
     assert found["ok"] is False

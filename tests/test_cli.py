@@ -165,7 +165,7 @@ def test_init_with_durability_normal(db: Path) -> None:
 def test_db_from_environment(db: Path, payload: Path) -> None:
     result = CliRunner().invoke(
         cli,
-        ["post", "--json", str(payload), "--run-id", "r", "--source", "USER"],
+        ["post", "--payload", str(payload), "--run-id", "r", "--source", "USER"],
         env={"CASSETTE_DB": str(db)},
     )
     assert out(result) == {"message_id": 1, "job_id": 1}
@@ -173,7 +173,7 @@ def test_db_from_environment(db: Path, payload: Path) -> None:
 
 
 def test_post_from_file_and_from_stdin(db: Path, payload: Path) -> None:
-    first = out(invoke(db, "post", "--json", str(payload), "--run-id", "r", "--source", "USER"))
+    first = out(invoke(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
     assert first == {"message_id": 1, "job_id": 1}
     plan = {
         "jobs": [
@@ -185,7 +185,7 @@ def test_post_from_file_and_from_stdin(db: Path, payload: Path) -> None:
         invoke(
             db,
             "post",
-            "--json",
+            "--payload",
             "-",
             "--run-id",
             "r",
@@ -201,7 +201,7 @@ def test_post_from_file_and_from_stdin(db: Path, payload: Path) -> None:
 
 
 def test_post_idempotency_key_returns_same_ids(db: Path, payload: Path) -> None:
-    args = ("post", "--json", str(payload), "--run-id", "r", "--source", "USER")
+    args = ("post", "--payload", str(payload), "--run-id", "r", "--source", "USER")
     first = out(invoke(db, *args, "--idempotency-key", "k"))
     before = snapshot(db)
     again = out(invoke(db, *args, "--idempotency-key", "k"))
@@ -211,7 +211,7 @@ def test_post_idempotency_key_returns_same_ids(db: Path, payload: Path) -> None:
     conflict = invoke(
         db,
         "post",
-        "--json",
+        "--payload",
         str(other),
         "--run-id",
         "r",
@@ -225,7 +225,7 @@ def test_post_idempotency_key_returns_same_ids(db: Path, payload: Path) -> None:
 
 
 def test_claim_complete_status(db: Path, payload: Path, receipt: Path) -> None:
-    out(invoke(db, "post", "--json", str(payload), "--run-id", "r", "--source", "USER"))
+    out(invoke(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
     before_ms = time.time_ns() // 1_000_000
     step = out(invoke(db, "claim", "--run-id", "r", "--worker", "w1", "--ttl", "60"))
     after_ms = time.time_ns() // 1_000_000
@@ -272,7 +272,7 @@ def test_claim_complete_status(db: Path, payload: Path, receipt: Path) -> None:
 
 
 def test_complete_receipt_from_stdin(db: Path, payload: Path) -> None:
-    out(invoke(db, "post", "--json", str(payload), "--run-id", "r", "--source", "USER"))
+    out(invoke(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
     step = out(invoke(db, "claim", "--run-id", "r", "--worker", "w"))
     done = out(
         invoke(
@@ -310,7 +310,7 @@ def test_claim_on_empty_run_is_no_pending_steps(ledger: dict[str, Any]) -> None:
 def test_requeue_expired_then_reclaim_and_stale_complete(
     db: Path, payload: Path, receipt: Path
 ) -> None:
-    out(invoke(db, "post", "--json", str(payload), "--run-id", "r", "--source", "USER"))
+    out(invoke(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
     first = out(invoke(db, "claim", "--run-id", "r", "--worker", "w1", "--ttl", "0.05"))
     time.sleep(0.1)
     assert out(invoke(db, "status", "--run-id", "r"))["expired_leases"] == 1
@@ -343,7 +343,7 @@ def test_requeue_expired_then_reclaim_and_stale_complete(
 
 def test_requeue_one_step(db: Path, payload: Path) -> None:
     for _ in range(2):
-        out(invoke(db, "post", "--json", str(payload), "--run-id", "r", "--source", "USER"))
+        out(invoke(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
     short = out(invoke(db, "claim", "--run-id", "r", "--worker", "w", "--ttl", "0.05"))
     long = out(invoke(db, "claim", "--run-id", "r", "--worker", "w", "--ttl", "300"))
     assert_refused(
@@ -363,7 +363,7 @@ def test_requeue_one_step(db: Path, payload: Path) -> None:
 
 
 def test_requeue_release_by_holder(db: Path, payload: Path) -> None:
-    out(invoke(db, "post", "--json", str(payload), "--run-id", "r", "--source", "USER"))
+    out(invoke(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
     step = out(invoke(db, "claim", "--run-id", "r", "--worker", "w1", "--ttl", "300"))
     sid, token = str(step["step_id"]), str(step["fencing_token"])
     path_before = snapshot(db)
@@ -389,7 +389,7 @@ def test_requeue_release_by_holder(db: Path, payload: Path) -> None:
 
 
 def test_requeue_max_attempts_aborts(db: Path, payload: Path) -> None:
-    out(invoke(db, "post", "--json", str(payload), "--run-id", "r", "--source", "USER"))
+    out(invoke(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
     step = out(invoke(db, "claim", "--run-id", "r", "--worker", "w1", "--ttl", "0.05"))
     time.sleep(0.1)
     result = out(invoke(db, "requeue", "--run-id", "r", "--max-attempts", "1"))
@@ -403,7 +403,7 @@ def test_requeue_max_attempts_aborts(db: Path, payload: Path) -> None:
 
 
 def test_requeue_max_attempts_not_reached_requeues(db: Path, payload: Path) -> None:
-    out(invoke(db, "post", "--json", str(payload), "--run-id", "r", "--source", "USER"))
+    out(invoke(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
     out(invoke(db, "claim", "--run-id", "r", "--worker", "w1", "--ttl", "0.05"))
     time.sleep(0.1)
     result = out(invoke(db, "requeue", "--run-id", "r", "--max-attempts", "2"))
@@ -489,7 +489,7 @@ def bad_files(tmp_path: Path, big_file: Path) -> dict[str, str]:
     return paths
 
 
-POST = ("post", "--run-id", "r1", "--source", "USER", "--json")
+POST = ("post", "--run-id", "r1", "--source", "USER", "--payload")
 COMPLETE = ("complete", "--run-id", "r1", "--step", "{step}", "--worker", "w2", "--token")
 BAD_INPUT = [
     pytest.param((*POST, "{notjson}"), None, "INVALID_PAYLOAD", id="payload-not-json"),
@@ -501,13 +501,13 @@ BAD_INPUT = [
     pytest.param((*POST, "-"), b"", "INVALID_PAYLOAD", id="payload-stdin-empty"),
     pytest.param((*POST, "{big}"), None, "PAYLOAD_TOO_LARGE", id="payload-20MB"),
     pytest.param(
-        ("post", "--run-id", "r1", "--source", "ROBOT", "--json", "{good}"),
+        ("post", "--run-id", "r1", "--source", "ROBOT", "--payload", "{good}"),
         None,
         "INVALID_SOURCE",
         id="unknown-source",
     ),
     pytest.param(
-        ("post", "--run-id", "", "--source", "USER", "--json", "{good}"),
+        ("post", "--run-id", "", "--source", "USER", "--payload", "{good}"),
         None,
         "INVALID_RUN_ID",
         id="empty-run-id",
@@ -519,7 +519,7 @@ BAD_INPUT = [
             "r1",
             "--source",
             "USER",
-            "--json",
+            "--payload",
             "{good}",
             "--idempotency-key",
             "key-0",
@@ -567,13 +567,13 @@ BAD_INPUT = [
     pytest.param(
         (*COMPLETE, "abc", "--receipt", "{good}", "--outcome", "SUCCESS"),
         None,
-        "INVALID_TOKEN",
+        "USAGE",
         id="token-not-integer",
     ),
     pytest.param(
         (*COMPLETE, "1.5", "--receipt", "{good}", "--outcome", "SUCCESS"),
         None,
-        "INVALID_TOKEN",
+        "USAGE",
         id="token-float",
     ),
     pytest.param(
@@ -659,13 +659,13 @@ BAD_INPUT = [
             "SUCCESS",
         ),
         None,
-        "STEP_NOT_FOUND",
+        "USAGE",
         id="step-not-integer",
     ),
     pytest.param(
         ("requeue", "--run-id", "r1", "--step", "{step}", "--worker", "w2", "--token", "abc"),
         None,
-        "INVALID_TOKEN",
+        "USAGE",
         id="release-token-not-integer",
     ),
     pytest.param(
@@ -683,7 +683,7 @@ BAD_INPUT = [
     pytest.param(
         ("requeue", "--run-id", "r1", "--max-attempts", "many"),
         None,
-        "INVALID_ARGUMENT",
+        "USAGE",
         id="max-attempts-not-integer",
     ),
     pytest.param(
@@ -719,7 +719,7 @@ BAD_INPUT = [
     pytest.param(
         ("claim", "--run-id", "r1", "--worker", "w", "--ttl", "soon"),
         None,
-        "INVALID_TTL",
+        "USAGE",
         id="ttl-not-a-number",
     ),
     pytest.param(
@@ -763,7 +763,7 @@ def test_bad_input_is_refused_and_changes_nothing(
     values = {**bad_files, "step": str(ledger["step"]), "token": str(ledger["token"])}
     before = snapshot(path)
     result = invoke(path, *_fill(args, values), stdin=stdin)
-    assert_refused(result, code)
+    assert_refused(result, code, exit_code=2 if code == "USAGE" else 1)
     assert snapshot(path) == before
 
 
@@ -832,7 +832,7 @@ USAGE_ERRORS = [
     pytest.param(("claim", "--run-id", "r1"), id="missing-worker"),
     pytest.param(("post", "--run-id", "r1", "--source", "USER"), id="missing-json"),
     pytest.param(
-        ("post", "--run-id", "r1", "--source", "USER", "--json", "/no/such/file"),
+        ("post", "--run-id", "r1", "--source", "USER", "--payload", "/no/such/file"),
         id="json-file-missing",
     ),
     pytest.param(("frobnicate",), id="unknown-command"),
@@ -869,7 +869,7 @@ OPENING_COMMANDS = [
     pytest.param(("claim", "--run-id", "r1", "--worker", "w"), id="claim"),
     pytest.param(("requeue", "--run-id", "r1"), id="requeue"),
     pytest.param(("migrate",), id="migrate"),
-    pytest.param(("post", "--run-id", "r1", "--source", "USER", "--json", "{good}"), id="post"),
+    pytest.param(("post", "--run-id", "r1", "--source", "USER", "--payload", "{good}"), id="post"),
 ]
 
 
@@ -989,7 +989,7 @@ def test_mounted_verify(ledger: dict[str, Any]) -> None:
 def test_mounted_post_and_refusal(ledger: dict[str, Any], payload: Path) -> None:
     cortex = _cortex()
     path = ledger["path"]
-    base = ["cassette", "--db", str(path), "post", "--run-id", "r9", "--json"]
+    base = ["cassette", "--db", str(path), "post", "--run-id", "r9", "--payload"]
     posted = CliRunner().invoke(cortex, [*base, str(payload), "--source", "USER"])
     assert out(posted) == {"message_id": 5, "job_id": 5}
     from_stdin = CliRunner().invoke(
@@ -1094,7 +1094,7 @@ def test_python_dash_m_and_script(tmp_path: Path) -> None:
             "--db",
             str(path),
             "post",
-            "--json",
+            "--payload",
             "-",
             "--run-id",
             "r",
@@ -1129,10 +1129,10 @@ def test_python_dash_m_and_script(tmp_path: Path) -> None:
         timeout=60,
         check=False,
     )
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert refused.stdout == b""
     assert refused.stderr.decode().splitlines() == [
-        "error: INVALID_TTL: ttl must be a number of seconds: 'never'"
+        "error: USAGE: Invalid value for '--ttl': 'never' is not a valid float. (see --help)"
     ]
     assert snapshot(path) == before
 

@@ -33,7 +33,7 @@ def sealed(tmp_path: Path) -> dict[str, Any]:
     payload = tmp_path / "m.json"
     for n in range(3):
         payload.write_text(json.dumps({"n": n}))
-        ok(run(db, "post", "--json", str(payload), "--run-id", "r", "--source", "USER"))
+        ok(run(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
     seals = tmp_path / "seals"
     seals.mkdir()
     seal = ok(run(db, "seal", "--key", str(tmp_path / "k.key"), "--out", str(seals)))
@@ -196,7 +196,7 @@ def test_automatic_seals_from_the_global_options(tmp_path: Path) -> None:
     payload.write_text('{"x": 1}')
     opts = ["--seal-dir", str(seals), "--seal-key", str(tmp_path / "k.key"), "--seal-every", "4"]
     for _ in range(2):
-        ok(run(db, *opts, "post", "--json", str(payload), "--run-id", "r", "--source", "USER"))
+        ok(run(db, *opts, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
     sizes = sorted(int(p.name.rsplit("-", 1)[1].split(".")[0]) for p in seals.iterdir())
     # Each command seals at close: 3 entries, then the seal's own entry and 3 more. Neither
     # command reached 4 new entries after a write, so no seal came from --seal-every.

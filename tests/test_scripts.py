@@ -61,3 +61,16 @@ def test_example_orchestrator_writes_a_ledger_the_readme_can_quote(tmp_path: Pat
         result = runner.invoke(cli, ["--db", str(db), *command])
         assert result.exit_code == 0, result.output
         assert result.output.strip() in readme, command  # the README shows this very output
+
+
+@pytest.mark.slow
+def test_bench_cli_output_quick_run_reports_every_workload() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_cli_output.py"), "--quick"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    for expected in ("actions --nl | head -1: median", "actions -t | head -1", "peak RSS"):
+        assert expected in out, out

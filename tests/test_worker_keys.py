@@ -248,7 +248,7 @@ class TestSignedActs:
         w1 = str(tmp_path / "w1.key")
         posted = invoke(
             db_path,
-            *("post", "--json", "-", "--run-id", RUN, "--source", "WORKER"),
+            *("post", "--payload", "-", "--run-id", RUN, "--source", "WORKER"),
             *("--worker-key", w1, "--signer", "w1"),
             stdin=b'{"a": 1}',
         )
@@ -274,7 +274,7 @@ class TestSignedActs:
         self, db_path: Path, tmp_path: Path, keys: dict[str, WorkerKey], command: str
     ) -> None:
         args = {
-            "post": ("post", "--json", "-", "--run-id", RUN, "--source", "USER"),
+            "post": ("post", "--payload", "-", "--run-id", RUN, "--source", "USER"),
             "requeue": ("requeue", "--run-id", RUN),
         }[command]
         for extra in (("--signer", "w1"), ("--worker-key", str(tmp_path / "w1.key"))):

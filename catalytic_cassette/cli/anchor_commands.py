@@ -2,34 +2,32 @@
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from .boundary import EXIT_CANNOT_VERIFY, emit
-from .commands import Settings, cli
+from .commands import Settings
+from .output import progress_bar
+from .params import INPUT_FILE, OUTPUT_FILE, OUTPUT_FILE_OR_DIR
+
+if TYPE_CHECKING:
+    import sqlite3
 
 
 @contextmanager
 def _reading(ctx: click.Context) -> Iterator[sqlite3.Connection]:
     """A read-only connection to an existing ledger: proving never creates or changes it."""
-    from ..connection import connect_readonly
-    from ..errors import CassetteError, ErrorCode
-    from ..migrate import current_version, schema_version
+    from ..connection import connect_reader
 
     settings = ctx.find_object(Settings)
     assert settings is not None
-    conn = connect_readonly(settings.db)
+    conn = connect_reader(settings.db)
     try:
-        version = schema_version(conn)
-        if version < current_version():
-            raise CassetteError(
-                ErrorCode.SCHEMA_OUTDATED,
-                f"schema version {version}: run `cassette migrate` first",
-            )
         yield conn
     finally:
         conn.close()
@@ -52,10 +50,19 @@ def _read_seal(path: str) -> bytes:
     return read_file(path, what="seal file", max_bytes=SEAL_MAX_BYTES)
 
 
-@cli.command()
-@click.option("--key", "key_path", required=True, help="Ed25519 private key (cassette keygen).")
+@click.command()
 @click.option(
-    "--out", default=None, help="Write the seal to this file, or into this directory (*.seal)."
+    "--key",
+    "key_path",
+    type=INPUT_FILE,
+    required=True,
+    help="Ed25519 private key (cassette keygen).",
+)
+@click.option(
+    "--out",
+    type=OUTPUT_FILE_OR_DIR,
+    default=None,
+    help="Write the seal to this file, or into this directory (*.seal).",
 )
 @click.option(
     "--origin",
@@ -70,20 +77,27 @@ def seal(ctx: click.Context, key_path: str, out: str | None, origin: str | None)
     then detects any rewrite of the first sealed entries.
     """
     from ..cassette import MessageCassette
-    from ..seals import record_seal, require_ledger, write_seal_file
+    from ..seals import Seal, record_seal, require_ledger, write_seal_file
     from ..signing import load_private
 
     settings = ctx.find_object(Settings)
     assert settings is not None
     require_ledger(settings.db)
     key = load_private(key_path)  # before opening: a bad key changes nothing
+    written: list[Path] = []
+
+    def write_file(sealed: Seal) -> None:  # inside the transaction: a refusal records nothing
+        if out is not None:
+            written.append(write_seal_file(sealed, out))
+
     with MessageCassette(settings.db, durability=settings.durability) as cassette:
-        sealed = record_seal(cassette.conn, key, now_ms=cassette.now_ms(), origin=origin)
-    written = write_seal_file(sealed, out) if out is not None else None
-    emit({**sealed.to_dict(), "path": str(written) if written else None})
+        sealed = record_seal(
+            cassette.conn, key, now_ms=cassette.now_ms(), origin=origin, before_commit=write_file
+        )
+    emit({**sealed.to_dict(), "path": str(written[0]) if written else None})
 
 
-@cli.group()
+@click.group()
 def prove() -> None:
     """Portable proofs that an auditor checks offline with `cassette verify-proof`."""
 
@@ -99,8 +113,12 @@ def _inclusion(ctx: click.Context, seq: int, seal_file: str | None, out: str | N
 
 @prove.command("inclusion")
 @click.argument("seq", type=click.IntRange(min=0))
-@click.option("--seal", "seal_file", default=None, help="Seal file (default: newest recorded).")
-@click.option("--out", default=None, help="Write the proof here (default: stdout).")
+@click.option(
+    "--seal", "seal_file", type=INPUT_FILE, default=None, help="Seal file (default: newest)."
+)
+@click.option(
+    "--out", type=OUTPUT_FILE, default=None, help="Write the proof here (default: stdout)."
+)
 @click.pass_context
 def prove_inclusion_command(
     ctx: click.Context, seq: int, seal_file: str | None, out: str | None
@@ -111,8 +129,12 @@ def prove_inclusion_command(
 
 @prove.command("receipt")
 @click.argument("receipt_id", type=click.IntRange(min=1))
-@click.option("--seal", "seal_file", default=None, help="Seal file (default: newest recorded).")
-@click.option("--out", default=None, help="Write the proof here (default: stdout).")
+@click.option(
+    "--seal", "seal_file", type=INPUT_FILE, default=None, help="Seal file (default: newest)."
+)
+@click.option(
+    "--out", type=OUTPUT_FILE, default=None, help="Write the proof here (default: stdout)."
+)
 @click.pass_context
 def prove_receipt(
     ctx: click.Context, receipt_id: int, seal_file: str | None, out: str | None
@@ -126,9 +148,11 @@ def prove_receipt(
 
 
 @prove.command("consistency")
-@click.argument("old_seal", type=click.Path(exists=True, dir_okay=False))
-@click.argument("new_seal", type=click.Path(exists=True, dir_okay=False), required=False)
-@click.option("--out", default=None, help="Write the proof here (default: stdout).")
+@click.argument("old_seal", type=INPUT_FILE)
+@click.argument("new_seal", type=INPUT_FILE, required=False)
+@click.option(
+    "--out", type=OUTPUT_FILE, default=None, help="Write the proof here (default: stdout)."
+)
 @click.pass_context
 def prove_consistency_command(
     ctx: click.Context, old_seal: str, new_seal: str | None, out: str | None
@@ -145,36 +169,41 @@ def prove_consistency_command(
     _write_or_print(data, out, {"old_size": doc["old_size"], "new_size": doc["new_size"]})
 
 
-@cli.command("verify-proof")
-@click.argument("proof_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--public-key", required=True, help="The ledger's Ed25519 public key (PEM).")
+@click.command("verify-proof")
+@click.argument("proof_file", type=INPUT_FILE)
+@click.option(
+    "--public-key", type=INPUT_FILE, required=True, help="The ledger's Ed25519 public key (PEM)."
+)
 @click.option("--origin", required=True, help="The ledger's origin, as you expect it.")
-def verify_proof(proof_file: str, public_key: str, origin: str) -> None:
+@click.pass_context
+def verify_proof(ctx: click.Context, proof_file: str, public_key: str, origin: str) -> None:
     """Check a proof file offline, without the ledger. Exit 0 valid, 1 invalid, 3 cannot
     check (another key or origin, or not a proof)."""
-    from ..errors import CassetteError
     from ..proofs import check_proof_file
     from ..safe_files import PROOF_MAX_BYTES, read_file
     from ..signing import load_public
 
-    try:
-        data = read_file(proof_file, what="proof file", max_bytes=PROOF_MAX_BYTES)
-        key = load_public(public_key)
-    except CassetteError as error:
-        error.exit_code = EXIT_CANNOT_VERIFY  # nothing was checked
-        raise
+    # A refusal here means nothing was checked: the boundary exits 3 for verify-proof.
+    data = read_file(proof_file, what="proof file", max_bytes=PROOF_MAX_BYTES)
+    key = load_public(public_key)
     result = check_proof_file(data, origin, key)
     emit(result.to_dict())
     if not result.ok:
         unverifiable = result.problem in {"unknown_key", "wrong_origin", "malformed"}
         click.echo(f"FAIL: {result.problem}", err=True)
-        sys.exit(EXIT_CANNOT_VERIFY if unverifiable else 1)
+        ctx.exit(EXIT_CANNOT_VERIFY if unverifiable else 1)
     click.echo(f"PASS: {result.kind} proof holds", err=True)
 
 
-@cli.command()
-@click.argument("dest")
-@click.option("--key", "key_path", required=True, help="Ed25519 private key that seals the copy.")
+@click.command()
+@click.argument("dest", type=OUTPUT_FILE)
+@click.option(
+    "--key",
+    "key_path",
+    type=INPUT_FILE,
+    required=True,
+    help="Ed25519 private key that seals the copy.",
+)
 @click.option("--origin", default=None, help="The ledger's origin (default: its own).")
 @click.pass_context
 def backup(ctx: click.Context, dest: str, key_path: str, origin: str | None) -> None:
@@ -185,18 +214,42 @@ def backup(ctx: click.Context, dest: str, key_path: str, origin: str | None) -> 
 
     settings = ctx.find_object(Settings)
     assert settings is not None
-    emit(run_backup(settings.db, dest, load_private(key_path), origin=origin))
+    from ..tree import journal_size
+
+    key = load_private(key_path)
+    total = journal_size(settings.db) if sys.stderr.isatty() else 0
+    with progress_bar(total, "verifying the copy") as progress:
+        result = run_backup(settings.db, dest, key, origin=origin, progress=progress)
+    emit(result)
 
 
-@cli.command()
-@click.argument("source", type=click.Path(exists=True, dir_okay=False))
-@click.argument("dest")
-@click.option("--public-key", required=True, help="Public key the backup's seal must verify under.")
+@click.command()
+@click.argument("source", type=INPUT_FILE)
+@click.argument("dest", type=OUTPUT_FILE)
+@click.option(
+    "--public-key",
+    type=INPUT_FILE,
+    required=True,
+    help="Public key the backup's seal must verify under.",
+)
 @click.option("--origin", required=True, help="The origin the seal must name.")
-@click.option("--seal", "seal_file", default=None, help="Seal file (default: SOURCE.seal).")
+@click.option(
+    "--seal", "seal_file", type=INPUT_FILE, default=None, help="Seal file (default: SOURCE.seal)."
+)
 def restore(source: str, dest: str, public_key: str, origin: str, seal_file: str | None) -> None:
     """Copy backup SOURCE to DEST only if it verifies and is exactly what its seal signed."""
     from ..backup import restore as run_restore
     from ..signing import load_public
+    from ..tree import journal_size
 
-    emit(run_restore(source, dest, load_public(public_key), origin, seal=seal_file))
+    key = load_public(public_key)
+    total = journal_size(source) if sys.stderr.isatty() else 0
+    with progress_bar(total, "verifying the backup") as progress:
+        result = run_restore(source, dest, key, origin, seal=seal_file, progress=progress)
+    emit(result)
+
+
+def register(group: click.Group) -> None:
+    """Add this module's commands to ``group``."""
+    for command in (seal, prove, verify_proof, backup, restore):
+        group.add_command(command)

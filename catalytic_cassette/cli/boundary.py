@@ -1,31 +1,147 @@
-"""The CLI's one error boundary: CassetteError -> one stderr line and exit 1."""
+"""The CLI's one boundary: every exception becomes one stderr line and a documented exit.
+
+The exit-code contract (README, "Exit status") lives here and only here:
+0 success, 1 refused, 2 usage, 3 cannot verify, 130 interrupted, 141 reader went away.
+Commands never pick an exit status for an error; they raise, and this module maps.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import sqlite3
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import IO, Any
 
 import click
 import orjson
 
+from ..errors import CassetteError, ErrorCode, translate
+from ..terminal import printable
+
+EXIT_OK = 0
 EXIT_REFUSED = 1
+EXIT_USAGE = 2
 EXIT_CANNOT_VERIFY = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: `cassette actions --nl | head -1`
+
+# Commands whose refusal means "the evidence could not be checked", not "refused".
+VERIFYING_COMMANDS = frozenset({"verify", "verify-proof"})
+_COMMAND_KEY = "cassette.command"
+
+
+class Refusal(click.ClickException):
+    """A coded answer: shown as ``error: CODE: message`` and exited with its status."""
+
+    def __init__(self, code: str, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.code = code
+        # click declares exit_code on the class; each refusal carries its own.
+        vars(self)["exit_code"] = exit_code
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.code}: {printable(self.message)}", err=True)
+
+
+def refusal(exc: BaseException, command: str | None) -> Refusal | None:
+    """The coded answer for an exception, or None when it is not ours to map."""
+    verifying = command in VERIFYING_COMMANDS
+    refused = EXIT_CANNOT_VERIFY if verifying else EXIT_REFUSED
+    if isinstance(exc, Refusal):
+        return exc
+    if isinstance(exc, CassetteError):
+        cannot_check = exc.detail.get("unverifiable") is True
+        status = EXIT_CANNOT_VERIFY if cannot_check else refused
+        return Refusal(exc.code.value, exc.message, status)
+    if isinstance(exc, (KeyboardInterrupt, click.Abort)):
+        return Refusal(
+            ErrorCode.INTERRUPTED.value,
+            "interrupted (an unfinished transaction is rolled back)",
+            EXIT_INTERRUPTED,
+        )
+    if isinstance(exc, click.ClickException):
+        help_hint = " (see --help)" if isinstance(exc, click.UsageError) else ""
+        return Refusal(ErrorCode.USAGE.value, exc.format_message() + help_hint, EXIT_USAGE)
+    if isinstance(exc, sqlite3.Error):  # met while streaming rows: a forged, undecodable text
+        return refusal(translate(exc), command)
+    if isinstance(exc, UnicodeError):
+        return Refusal(ErrorCode.INVALID_ARGUMENT.value, f"not valid UTF-8 text: {exc}", refused)
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename is not None else ""
+        text = f"{exc.strerror or exc}{where}"
+        return Refusal(ErrorCode.CANNOT_OPEN.value, text, refused)
+    return None
+
+
+def _silence_stdout() -> None:
+    """The reader closed the pipe: drop what is left, so the final flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (tests)
+        pass
 
 
 class CassetteGroup(click.Group):
-    """A click group whose commands turn CassetteError into a coded refusal."""
+    """The root group: maps every exception of its commands at one point.
+
+    ``invoke`` covers the commands (also when the group is mounted into another click
+    CLI, whose ``main`` then shows our Refusal); ``main`` also covers the parsing of the
+    root options, so the standalone ``cassette`` answers every usage error on one line.
+    """
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        ctx.meta[_COMMAND_KEY] = name
+        return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:
-        from ..errors import CassetteError
-
         try:
             return super().invoke(ctx)
-        except CassetteError as error:
-            click.echo(f"error: {error.code.value}: {error.message}", err=True)
-            ctx.exit(error.exit_code)
+        except BrokenPipeError:
+            _silence_stdout()
+            ctx.exit(EXIT_BROKEN_PIPE)
+        except (Exception, KeyboardInterrupt) as exc:
+            mapped = refusal(exc, ctx.meta.get(_COMMAND_KEY))
+            if mapped is None or mapped is exc:
+                raise
+            raise mapped from exc
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            status = super().main(args, prog_name, complete_var, False, **extra)
+        except BrokenPipeError:
+            _silence_stdout()
+            sys.exit(EXIT_BROKEN_PIPE)
+        except (Exception, KeyboardInterrupt) as exc:
+            mapped = refusal(exc, None)
+            if mapped is None:
+                raise
+            mapped.show()
+            sys.exit(mapped.exit_code)
+        sys.exit(status if isinstance(status, int) else EXIT_OK)
 
 
 def emit(value: Any) -> None:
     """Write one JSON document to stdout."""
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode("utf-8") + "\n")
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode("utf-8")
+    except TypeError:
+        # A path from the command line with undecodable bytes (a lone surrogate): orjson
+        # refuses it; the standard encoder writes it as a JSON escape, "\udcff".
+        text = json.dumps(value, indent=2, ensure_ascii=True)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 import click
 
 from .boundary import emit
-from .commands import Settings, cli
+from .commands import Settings
 from .output import output_options
+from .params import INPUT_FILE, OUTPUT_FILE
 
 if TYPE_CHECKING:
     from ..actions import Action
     from ..chain import CausalChain
 
 
-def open_chain(ctx: click.Context, signing_key: str | None = None) -> CausalChain:
+def open_chain(
+    ctx: click.Context, signing_key: str | None = None, *, read_only: bool = False
+) -> CausalChain:
+    """The ledger for this command; ``read_only`` never creates, migrates or writes it."""
     from ..chain import CausalChain
 
     settings = ctx.find_object(Settings)
@@ -25,19 +30,20 @@ def open_chain(ctx: click.Context, signing_key: str | None = None) -> CausalChai
         durability=settings.durability,
         signing_key=signing_key,
         auto_seal=settings.auto_seal(),
+        read_only=read_only,
     )
     ctx.call_on_close(chain.close)
     return chain
 
 
-@cli.group()
+@click.group()
 def action() -> None:
     """Append and show actions."""
 
 
 @action.command("append")
 @click.option(
-    "--json",
+    "--actions",
     "source",
     type=click.File("rb"),
     required=True,
@@ -46,6 +52,7 @@ def action() -> None:
 @click.option(
     "--signing-key",
     envvar="CASSETTE_SIGNING_KEY",
+    type=INPUT_FILE,
     default=None,
     help="Ed25519 private key file (from `cassette keygen`); signs each action.",
 )
@@ -65,15 +72,18 @@ def action_append(ctx: click.Context, source: IO[bytes], signing_key: str | None
 @click.pass_context
 def action_show(ctx: click.Context, action_id: str) -> None:
     """Print one action (NOT_FOUND when there is none)."""
-    emit(open_chain(ctx).get_action(action_id).to_dict())
+    emit(open_chain(ctx, read_only=True).get_action(action_id).to_dict())
 
 
-@cli.command()
+@click.command()
 @click.option("--plan", default=None, help="Only this plan_id.")
 @click.option("--intent", default=None, help="Only this intent_id.")
 @click.option("--session", default=None, help="Only this session_id.")
 @click.option("--type", "action_type", default=None, help="Only this action_type.")
-@click.option("--limit", type=click.IntRange(min=1), default=None)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N actions.")
+@click.option(
+    "--offset", type=click.IntRange(min=0), default=0, help="Skip the first N matching actions."
+)
 @output_options
 @click.pass_context
 def actions(
@@ -83,33 +93,45 @@ def actions(
     session: str | None,
     action_type: str | None,
     limit: int | None,
-) -> list[Action]:
-    """List actions in insertion order."""
-    return open_chain(ctx).find_actions(
-        plan_id=plan, intent_id=intent, session_id=session, action_type=action_type, limit=limit
+    offset: int,
+) -> Iterator[Action]:
+    """List actions in insertion order, streamed as they are read."""
+    return open_chain(ctx, read_only=True).iter_actions(
+        plan_id=plan,
+        intent_id=intent,
+        session_id=session,
+        action_type=action_type,
+        limit=limit,
+        offset=offset,
     )
 
 
-@cli.command()
+@click.command()
 @click.argument("action_id")
 @output_options
 @click.pass_context
 def children(ctx: click.Context, action_id: str) -> list[Action]:
     """List the actions whose execution parent is ACTION_ID."""
-    return open_chain(ctx).get_children(action_id)
+    return open_chain(ctx, read_only=True).get_children(action_id)
 
 
-@cli.command()
+@click.command()
 @click.argument("action_id")
 @click.pass_context
 def parent(ctx: click.Context, action_id: str) -> None:
     """Print the execution parent of ACTION_ID (null for a root)."""
-    found = open_chain(ctx).get_parent(action_id)
+    found = open_chain(ctx, read_only=True).get_parent(action_id)
     emit(None if found is None else found.to_dict())
 
 
-@cli.command()
-@click.option("--out", "prefix", required=True, help="Writes PREFIX.key (private) and PREFIX.pub.")
+@click.command()
+@click.option(
+    "--out",
+    "prefix",
+    type=OUTPUT_FILE,
+    required=True,
+    help="Writes PREFIX.key (private) and PREFIX.pub.",
+)
 def keygen(prefix: str) -> None:
     """Generate an Ed25519 signing key pair. The private key never enters the ledger."""
     from ..signing import generate, key_id, load_public
@@ -122,3 +144,9 @@ def keygen(prefix: str) -> None:
             "key_id": key_id(load_public(public_path)),
         }
     )
+
+
+def register(group: click.Group) -> None:
+    """Add this module's commands to ``group``."""
+    for command in (action, actions, children, parent, keygen):
+        group.add_command(command)

@@ -10,7 +10,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
+from ..terminal import printable
 from .boundary import EXIT_CANNOT_VERIFY, CassetteGroup, emit
+from .output import progress_bar
+from .params import EXISTING_DIR, INPUT_FILE, INPUT_FILE_OR_DIR
 
 if TYPE_CHECKING:
     from ..cassette import MessageCassette
@@ -18,7 +21,10 @@ if TYPE_CHECKING:
     from ..worker_keys import WorkerKey
 
 
-def _open(ctx: click.Context, worker_key: WorkerKey | None = None) -> MessageCassette:
+def _open(
+    ctx: click.Context, worker_key: WorkerKey | None = None, *, read_only: bool = False
+) -> MessageCassette:
+    """The ledger for this command; ``read_only`` never creates, migrates or writes it."""
     from ..cassette import MessageCassette
 
     settings = ctx.find_object(Settings)
@@ -28,6 +34,7 @@ def _open(ctx: click.Context, worker_key: WorkerKey | None = None) -> MessageCas
         durability=settings.durability,
         auto_seal=settings.auto_seal(),
         worker_key=worker_key,
+        read_only=read_only,
     )
     ctx.call_on_close(cassette.close)
     return cassette
@@ -81,37 +88,14 @@ def _read_object(stream: IO[bytes], what: str) -> dict[str, Any]:
     return parse_object(stream.read(MAX_PAYLOAD_BYTES + 1), what)
 
 
-def _parse_int(value: str | None, code_name: str, what: str) -> int | None:
-    from ..errors import CassetteError, ErrorCode
-
-    if value is None:
-        return None
-    try:
-        return int(value, 10)
-    except ValueError:
-        raise CassetteError(
-            ErrorCode[code_name], f"{what} must be an integer, not {value!r}"
-        ) from None
-
-
-def _parse_ttl(value: str) -> float:
-    from ..errors import CassetteError, ErrorCode
-
-    try:
-        return float(value)
-    except ValueError:
-        raise CassetteError(
-            ErrorCode.INVALID_TTL, f"ttl must be a number of seconds: {value!r}"
-        ) from None
-
-
 @click.group(cls=CassetteGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
     envvar="CASSETTE_DB",
     default="cassette.db",
     show_default=True,
-    help="Ledger file (env CASSETTE_DB). Created on first write.",
+    help="Ledger file (env CASSETTE_DB). Created by writing commands; read commands"
+    " need it to exist.",
 )
 @click.option(
     "--durability",
@@ -123,12 +107,14 @@ def _parse_ttl(value: str) -> float:
 @click.option(
     "--seal-dir",
     envvar="CASSETTE_SEAL_DIR",
+    type=EXISTING_DIR,
     default=None,
     help="Seal automatically into this directory (env CASSETTE_SEAL_DIR); needs --seal-key.",
 )
 @click.option(
     "--seal-key",
     envvar="CASSETTE_SEAL_KEY",
+    type=INPUT_FILE,
     default=None,
     help="Private key for automatic seals (env CASSETTE_SEAL_KEY).",
 )
@@ -152,15 +138,15 @@ def cli(
 ) -> None:
     """A DB-first, tamper-evident execution ledger on SQLite.
 
-    Results are JSON on stdout. A refusal exits 1 with one line on stderr
-    holding its stable code; usage errors exit 2.
+    Results are JSON on stdout. Exit 0 success, 1 refused (one line on stderr
+    holding its stable code), 2 usage, 3 cannot verify, 130 interrupted.
     """
     if (seal_dir is None) != (seal_key is None):
         raise click.UsageError("automatic sealing needs both --seal-dir and --seal-key")
     ctx.obj = Settings(db, durability, seal_dir, seal_key, seal_every)
 
 
-@cli.command()
+@click.command()
 @click.pass_context
 def init(ctx: click.Context) -> None:
     """Create the ledger (or apply pending migrations) and print its version."""
@@ -171,9 +157,9 @@ def init(ctx: click.Context) -> None:
     emit({"db": cassette.db_path, "created": not existed, "schema_version": current_version()})
 
 
-@cli.command()
+@click.command()
 @click.option(
-    "--json",
+    "--payload",
     "payload_file",
     type=click.File("rb"),
     required=True,
@@ -206,23 +192,23 @@ def post(
     emit({"message_id": message_id, "job_id": job_id})
 
 
-@cli.command()
+@click.command()
 @click.option("--run-id", required=True)
 @click.option("--worker", required=True, help="The worker taking the lease.")
-@click.option("--ttl", default="300", show_default=True, help="Lease length in seconds.")
+@click.option("--ttl", type=float, default=300, show_default=True, help="Lease length in seconds.")
 @click.option("--worker-key", default=None, help=_WORKER_KEY_HELP)
 @click.pass_context
-def claim(ctx: click.Context, run_id: str, worker: str, ttl: str, worker_key: str | None) -> None:
+def claim(ctx: click.Context, run_id: str, worker: str, ttl: float, worker_key: str | None) -> None:
     """Lease the next pending step of a run (NO_PENDING_STEPS when none)."""
     cassette = _open(ctx, _worker_key(worker_key, worker))
-    emit(cassette.claim_step(run_id, worker, _parse_ttl(ttl)))
+    emit(cassette.claim_step(run_id, worker, ttl))
 
 
-@cli.command()
+@click.command()
 @click.option("--run-id", required=True)
-@click.option("--step", required=True, help="step_id from the claim.")
+@click.option("--step", type=int, required=True, help="step_id from the claim.")
 @click.option("--worker", required=True)
-@click.option("--token", required=True, help="fencing_token from the claim.")
+@click.option("--token", type=int, required=True, help="fencing_token from the claim.")
 @click.option(
     "--receipt",
     "receipt_file",
@@ -236,32 +222,30 @@ def claim(ctx: click.Context, run_id: str, worker: str, ttl: str, worker_key: st
 def complete(
     ctx: click.Context,
     run_id: str,
-    step: str,
+    step: int,
     worker: str,
-    token: str,
+    token: int,
     receipt_file: IO[bytes],
     outcome: str,
     worker_key: str | None,
 ) -> None:
     """Complete a leased step with its one receipt; print the receipt_id."""
-    step_id = _parse_int(step, "STEP_NOT_FOUND", "step")
-    fencing_token = _parse_int(token, "INVALID_TOKEN", "token")
     receipt = _read_object(receipt_file, "receipt")
-    assert step_id is not None and fencing_token is not None
     cassette = _open(ctx, _worker_key(worker_key, worker))
-    receipt_id = cassette.complete_step(run_id, step_id, worker, fencing_token, receipt, outcome)
-    emit({"receipt_id": receipt_id, "step_id": step_id})
+    receipt_id = cassette.complete_step(run_id, step, worker, token, receipt, outcome)
+    emit({"receipt_id": receipt_id, "step_id": step})
 
 
-@cli.command()
+@click.command()
 @click.option("--run-id", required=True)
-@click.option("--step", default=None, help="Only this step.")
+@click.option("--step", type=int, default=None, help="Only this step.")
 @click.option(
     "--worker", default=None, help="Release as this lease holder (needs --step and --token)."
 )
-@click.option("--token", default=None, help="The holder's fencing_token, for a release.")
+@click.option("--token", type=int, default=None, help="The holder's fencing_token, for a release.")
 @click.option(
     "--max-attempts",
+    type=int,
     default=None,
     help="Close a step with an ABORTED receipt after this many claims.",
 )
@@ -273,54 +257,52 @@ def complete(
 def requeue(
     ctx: click.Context,
     run_id: str,
-    step: str | None,
+    step: int | None,
     worker: str | None,
-    token: str | None,
-    max_attempts: str | None,
+    token: int | None,
+    max_attempts: int | None,
     worker_key: str | None,
     signer: str | None,
 ) -> None:
     """Return expired leases (or a released step) to PENDING."""
     _signer_needs_key(signer, worker_key)
     result = _open(ctx, _worker_key(worker_key, signer or worker)).requeue(
-        run_id,
-        _parse_int(step, "STEP_NOT_FOUND", "step"),
-        worker_id=worker,
-        fencing_token=_parse_int(token, "INVALID_TOKEN", "token"),
-        max_attempts=_parse_int(max_attempts, "INVALID_ARGUMENT", "max-attempts"),
+        run_id, step, worker_id=worker, fencing_token=token, max_attempts=max_attempts
     )
     emit({"run_id": run_id, "steps": result})
 
 
-@cli.command()
+@click.command()
 @click.option("--run-id", required=True)
 @click.pass_context
 def status(ctx: click.Context, run_id: str) -> None:
     """Counts of steps by state, receipts by outcome, expired leases."""
-    emit(_open(ctx).status(run_id))
+    emit(_open(ctx, read_only=True).status(run_id))
 
 
-@cli.command()
+@click.command()
 @click.option(
     "--run-id", default=None, help="Limit the row checks to one run (the chain is always whole)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option(
     "--against",
+    type=INPUT_FILE_OR_DIR,
     default=None,
     help="A seal file, or a directory of *.seal files, kept outside the ledger.",
 )
 @click.option(
     "--public-key",
+    type=INPUT_FILE,
     default=None,
-    help="Ed25519 public key (PEM). With --against it pins the seals' signer; without,"
-    " every action's signature is checked against it.",
+    help="The ledger's Ed25519 public key (PEM), which signed the seals; with --against.",
 )
 @click.option("--origin", default=None, help="With --against: the origin the seals must name.")
 @click.option(
     "--action-key",
+    type=INPUT_FILE,
     default=None,
-    help="Check every action's signature against this public key (with or without --against).",
+    help="Check every action's signature against this public key (cassette keygen's .pub).",
 )
 @click.option(
     "--worker-keys",
@@ -345,60 +327,61 @@ def verify(
     the ledger is also checked against every seal (--public-key and --origin pin who
     signed them and which ledger they name; neither is ever taken from the ledger).
     """
-    from ..errors import CassetteError
     from ..verify import verify_path
 
     settings = ctx.find_object(Settings)
     assert settings is not None
     if against is not None and (public_key is None or origin is None):
         raise click.UsageError("--against needs --public-key and --origin to pin the seals")
-    try:
-        from ..signing import load_public
+    if against is None and (public_key is not None or origin is not None):
+        # One meaning per option: --public-key is the seals' signer, as for verify-proof
+        # and restore; an action signer is --action-key.
+        raise click.UsageError(
+            "--public-key and --origin pin the seals of --against; check action"
+            " signatures with --action-key"
+        )
+    from ..signing import load_public
 
-        seal_key = load_public(public_key) if against and public_key else None
-        actions_by = action_key or (public_key if against is None else None)
-        key = load_public(actions_by) if actions_by is not None else None
-        anchors = None
-        if against is not None:
-            from ..anchor import load_anchors
+    seal_key = load_public(public_key) if public_key is not None else None
+    key = load_public(action_key) if action_key is not None else None
+    anchors = None
+    if against is not None:
+        from ..anchor import load_anchors
 
-            anchors = load_anchors(against)
-        pinned = None
-        if worker_keys is not None:
-            from ..worker_keys import load_pinned_keys
+        anchors = load_anchors(against)
+    pinned = None
+    if worker_keys is not None:
+        from ..worker_keys import load_pinned_keys
 
-            pinned = load_pinned_keys(worker_keys)
-        with _progress(settings.db) as progress:
-            report = verify_path(
-                settings.db,
-                run_id=run_id,
-                public_key=key,
-                progress=progress,
-                anchors=anchors,
-                seal_key=seal_key,
-                origin=origin,
-                worker_keys=pinned,
-            )
-    except CassetteError as error:
-        error.exit_code = EXIT_CANNOT_VERIFY
-        raise
+        pinned = load_pinned_keys(worker_keys)
+    with _progress(settings.db) as progress:
+        report = verify_path(
+            settings.db,
+            run_id=run_id,
+            public_key=key,
+            progress=progress,
+            anchors=anchors,
+            seal_key=seal_key,
+            origin=origin,
+            worker_keys=pinned,
+        )
     if as_json:
         emit(report.to_dict())
     else:
         for finding in report.findings:
             where = f" seq={finding.seq}" if finding.seq is not None else ""
             row = f" {finding.table}[{finding.key}]" if finding.table else ""
-            click.echo(
-                f"{finding.severity.value}: {finding.kind.value}{where}{row}: {finding.detail}"
-            )
+            line = f"{finding.severity}: {finding.kind}{where}{row}: {finding.detail}"
+            click.echo(printable(line))
         for anchor in report.anchors:
-            click.echo(f"anchor: {anchor['status']} size={anchor['size']} {anchor['path']}")
+            line = f"anchor: {anchor['status']} size={anchor['size']} {anchor['path']}"
+            click.echo(printable(line))
             if "evidence" in anchor:
                 import orjson
 
                 click.echo("evidence: " + orjson.dumps(anchor["evidence"]).decode("utf-8"))
         for note in report.notes:
-            click.echo(f"note: {note}")
+            click.echo(printable(f"note: {note}"))
     if not report.ok:
         click.echo(f"FAIL: {len(report.errors)} issue(s) found", err=True)
         ctx.exit(1)
@@ -411,25 +394,14 @@ def verify(
 @contextmanager
 def _progress(db: str) -> Iterator[Callable[[int], None] | None]:
     """A progress bar on stderr when it is a terminal and the journal is long."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    import sqlite3
+    from ..tree import journal_size
 
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        total = conn.execute("SELECT max(seq) + 1 FROM cassette_journal").fetchone()[0] or 0
-        conn.close()
-    except sqlite3.Error:
-        total = 0
-    if total < 50_000:
-        yield None
-        return
-    with click.progressbar(length=total, label="verifying journal", file=sys.stderr) as bar:
-        yield bar.update
+    total = journal_size(db) if sys.stderr.isatty() else 0
+    with progress_bar(total, "verifying journal") as update:
+        yield update
 
 
-@cli.command()
+@click.command()
 @click.option("--check", is_flag=True, help="Only report pending migrations; exit 1 if any.")
 @click.pass_context
 def migrate(ctx: click.Context, check: bool) -> None:
@@ -449,7 +421,7 @@ def migrate(ctx: click.Context, check: bool) -> None:
     emit({"db": settings.db, "applied": pending, "schema_version": current_version()})
 
 
-@cli.command()
+@click.command()
 @click.option(
     "--db", "demo_db", default=None, help="Write the demo ledger here instead of a temporary file."
 )
@@ -460,7 +432,13 @@ def demo(demo_db: str | None, workers: int) -> None:
 
     ok = run_demo(demo_db, workers=workers, echo=click.echo)
     if not ok:
-        raise SystemExit(1)
+        click.get_current_context().exit(1)
+
+
+def register(group: click.Group) -> None:
+    """Add this module's commands to ``group``."""
+    for command in (init, post, claim, complete, requeue, status, verify, migrate, demo):
+        group.add_command(command)
 
 
 def main() -> None:

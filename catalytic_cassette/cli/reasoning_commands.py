@@ -8,12 +8,11 @@ import click
 
 from .boundary import emit
 from .chain_commands import open_chain
-from .commands import cli
 
 json_flag = click.option("--json", "as_json", is_flag=True, help="JSON instead of text.")
 
 
-@cli.command()
+@click.command()
 @click.argument("action_id")
 @click.option("--max-depth", type=click.IntRange(min=0), default=None, help="Causes to walk up.")
 @json_flag
@@ -22,11 +21,11 @@ def chain(ctx: click.Context, action_id: str, max_depth: int | None, as_json: bo
     """The cause chain from the root cause down to ACTION_ID, as a numbered list."""
     from ..render import chain_text
 
-    result = open_chain(ctx).build_causal_chain(action_id, max_depth)
+    result = open_chain(ctx, read_only=True).build_causal_chain(action_id, max_depth)
     emit(result) if as_json else click.echo(chain_text(result))
 
 
-@cli.command()
+@click.command()
 @click.argument("action_id")
 @json_flag
 @click.pass_context
@@ -34,11 +33,11 @@ def why(ctx: click.Context, action_id: str, as_json: bool) -> None:
     """Why ACTION_ID happened: its category, rationale, direct cause and parent."""
     from ..render import reasoning_text
 
-    result = open_chain(ctx).reconstruct_reasoning(action_id)
+    result = open_chain(ctx, read_only=True).reconstruct_reasoning(action_id)
     emit(result) if as_json else click.echo(reasoning_text(result))
 
 
-@cli.command()
+@click.command()
 @click.option("--plan", default=None, help="Only this plan_id.")
 @click.option("--session", default=None, help="Only this session_id.")
 @json_flag
@@ -47,11 +46,11 @@ def stats(ctx: click.Context, plan: str | None, session: str | None, as_json: bo
     """Causality statistics over every matching action."""
     from ..render import stats_text
 
-    result = open_chain(ctx).causality_stats(plan, session)
+    result = open_chain(ctx, read_only=True).causality_stats(plan, session)
     emit(result) if as_json else click.echo(stats_text(result))
 
 
-@cli.command()
+@click.command()
 @click.argument("action_id", required=False)
 @click.option("--plan", default=None, help="Draw every action of this plan.")
 @click.option(
@@ -71,7 +70,7 @@ def tree(
 
     if (action_id is None) == (plan is None):
         raise click.UsageError("give either ACTION_ID or --plan")
-    chain_ = open_chain(ctx)
+    chain_ = open_chain(ctx, read_only=True)
     actions = chain_.actions_for_plan(plan) if plan is not None else chain_.subtree(str(action_id))
     if as_json:
         emit([a.to_dict() for a in actions])
@@ -80,7 +79,7 @@ def tree(
     click.echo(render(actions))
 
 
-@cli.group()
+@click.group()
 def plan() -> None:
     """Plan lifecycle."""
 
@@ -90,17 +89,19 @@ def plan() -> None:
 @click.pass_context
 def plan_status(ctx: click.Context, plan_id: str) -> None:
     """State, steps with their states and retry counts, total cost and duration."""
-    emit(open_chain(ctx).plan_status(plan_id))
+    emit(open_chain(ctx, read_only=True).plan_status(plan_id))
 
 
-@cli.group()
+@click.group()
 def checkpoint() -> None:
     """Content-addressed checkpoints of plan execution contexts."""
 
 
 @checkpoint.command("save")
 @click.option("--plan", "plan_id", required=True)
-@click.option("--json", "source", type=click.File("rb"), required=True, help="Context JSON, or -.")
+@click.option(
+    "--context", "source", type=click.File("rb"), required=True, help="Context JSON file, or -."
+)
 @click.pass_context
 def checkpoint_save(ctx: click.Context, plan_id: str, source: IO[bytes]) -> None:
     """Store a context; print its id (the same context gives the same id)."""
@@ -115,7 +116,7 @@ def checkpoint_save(ctx: click.Context, plan_id: str, source: IO[bytes]) -> None
 @click.pass_context
 def checkpoint_latest(ctx: click.Context, plan_id: str) -> None:
     """The checkpoint of the plan's last pause (null when there is none)."""
-    emit(open_chain(ctx).latest_checkpoint(plan_id))
+    emit(open_chain(ctx, read_only=True).latest_checkpoint(plan_id))
 
 
 @checkpoint.command("show")
@@ -123,10 +124,10 @@ def checkpoint_latest(ctx: click.Context, plan_id: str) -> None:
 @click.pass_context
 def checkpoint_show(ctx: click.Context, checkpoint_id: str) -> None:
     """A stored checkpoint, its hash checked on read."""
-    emit(open_chain(ctx).load_checkpoint(checkpoint_id))
+    emit(open_chain(ctx, read_only=True).load_checkpoint(checkpoint_id))
 
 
-@cli.command()
+@click.command()
 @click.option("--plan", "plan_id", required=True)
 @click.option("--checkpoint", "checkpoint_id", default=None, help="Default: the latest.")
 @click.pass_context
@@ -134,3 +135,9 @@ def resume(ctx: click.Context, plan_id: str, checkpoint_id: str | None) -> None:
     """Record PlanResumed for a paused plan and print the stored context."""
     result = open_chain(ctx).resume(plan_id, checkpoint_id)
     emit({**result, "action": result["action"].to_dict()})
+
+
+def register(group: click.Group) -> None:
+    """Add this module's commands to ``group``."""
+    for command in (chain, why, stats, tree, plan, checkpoint, resume):
+        group.add_command(command)

@@ -16,7 +16,7 @@ Reads only; streams the journal, so memory stays constant. One module per check:
 
 from .chain import PROGRESS_EVERY
 from .findings import MAX_FINDINGS_PER_KIND, Finding, FindingKind, Severity, VerifyReport
-from .options import Level, VerifyOptions
+from .options import Level, Progress, VerifyOptions
 from .run import _same_snapshot, verify_connection, verify_path
 from .seals import UNANCHORED_NOTE
 from .tables import LEDGER_TABLES, TABLES
@@ -30,6 +30,7 @@ __all__ = [
     "Finding",
     "FindingKind",
     "Level",
+    "Progress",
     "Severity",
     "VerifyOptions",
     "VerifyReport",

@@ -1,0 +1,72 @@
+"""The declared runtime dependencies are exactly the third-party packages the code imports."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "catalytic_cassette"
+# Import names that differ from the distribution name on PyPI.
+DISTRIBUTION_OF = {"yaml": "pyyaml"}
+
+
+def imported_top_level_modules(package: Path) -> set[str]:
+    """Every absolute import of the package's modules, reduced to its top-level name,
+    including imports inside functions and under TYPE_CHECKING."""
+    found: set[str] = set()
+    for source in package.rglob("*.py"):
+        tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found
+
+
+def third_party(modules: set[str]) -> set[str]:
+    own = {PACKAGE.name}
+    return {
+        DISTRIBUTION_OF.get(m, m)
+        for m in modules
+        if m not in sys.stdlib_module_names and m not in own and m != "__future__"
+    }
+
+
+def declared_runtime_dependencies() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    names = set()
+    for requirement in project["dependencies"]:
+        match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+        assert match is not None, requirement
+        names.add(match.group().lower().replace("_", "-"))
+    return names
+
+
+def test_declared_runtime_dependencies_are_exactly_the_imported_ones() -> None:
+    imported = third_party(imported_top_level_modules(PACKAGE))
+    assert declared_runtime_dependencies() == imported
+
+
+def test_the_import_scan_sees_nested_and_type_checking_imports(tmp_path: Path) -> None:
+    """The scan cannot pass by missing imports: a lazy and a TYPE_CHECKING import count."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "m.py").write_text(
+        "from __future__ import annotations\n"
+        "import os\n"
+        "from typing import TYPE_CHECKING\n"
+        "from . import sibling\n"
+        "if TYPE_CHECKING:\n    from tabulate import tabulate\n"
+        "def f():\n    import sqlite_utils.db\n",
+        encoding="utf-8",
+    )
+    assert third_party(imported_top_level_modules(package)) == {"tabulate", "sqlite_utils"}
