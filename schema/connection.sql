@@ -219,3 +219,13 @@ BEGIN
                                            ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
+
+-- A plan archived on its PlanStarted action carries the SHA-256 of its body (LAW.md 6b).
+CREATE TEMP TRIGGER cassette_actions_plan_hash_guard BEFORE INSERT ON main.cassette_actions
+WHEN json_valid(NEW.metadata_json)
+ AND json_type(NEW.metadata_json, '$.plan_body') = 'text'
+ AND json_extract(NEW.metadata_json, '$.plan_hash')
+     IS NOT cassette_sha256_hex(json_extract(NEW.metadata_json, '$.plan_body'))
+BEGIN
+    SELECT RAISE(ABORT, 'PLAN_HASH_MISMATCH: plan_hash must be the SHA-256 of plan_body');
+END;

@@ -74,6 +74,11 @@ def action_show(ctx: click.Context, action_id: str) -> None:
 @click.option("--session", default=None, help="Only this session_id.")
 @click.option("--type", "action_type", default=None, help="Only this action_type.")
 @click.option("--limit", type=click.IntRange(min=1), default=None)
+@click.option("--function", "function_name", default=None, help="Only this function_name.")
+@click.option("--since-seq", type=int, default=None, help="Only action_seq greater than N.")
+@click.option("--after", default=None, help="Only timestamp >= T (ISO 8601 or epoch ms).")
+@click.option("--before", default=None, help="Only timestamp < T (ISO 8601 or epoch ms).")
+@click.option("--desc", is_flag=True, help="Newest first (with --limit 1: the latest).")
 @output_options
 @click.pass_context
 def actions(
@@ -83,10 +88,24 @@ def actions(
     session: str | None,
     action_type: str | None,
     limit: int | None,
+    function_name: str | None,
+    since_seq: int | None,
+    after: str | None,
+    before: str | None,
+    desc: bool,
 ) -> list[Action]:
-    """List actions in insertion order."""
+    """List actions in insertion order (--desc: newest first)."""
     return open_chain(ctx).find_actions(
-        plan_id=plan, intent_id=intent, session_id=session, action_type=action_type, limit=limit
+        plan_id=plan,
+        intent_id=intent,
+        session_id=session,
+        action_type=action_type,
+        limit=limit,
+        function_name=function_name,
+        since_seq=since_seq,
+        after=after,
+        before=before,
+        newest_first=desc,
     )
 
 

@@ -281,6 +281,9 @@ def status(ctx: click.Context, run_id: str) -> None:
     default=None,
     help="Check every action's signature against this public key (with or without --against).",
 )
+@click.option(
+    "--session", default=None, help="Verify only this session's actions (see LAW.md 10a)."
+)
 @click.pass_context
 def verify(
     ctx: click.Context,
@@ -290,6 +293,7 @@ def verify(
     public_key: str | None,
     origin: str | None,
     action_key: str | None,
+    session: str | None,
 ) -> None:
     """Check the whole ledger. Exit 0 intact, 1 tampered or inconsistent, 3 cannot verify.
 
@@ -305,6 +309,19 @@ def verify(
     assert settings is not None
     if against is not None and (public_key is None or origin is None):
         raise click.UsageError("--against needs --public-key and --origin to pin the seals")
+    if session is not None:
+        from .live_commands import verify_session
+
+        verify_session(
+            ctx,
+            session,
+            as_json=as_json,
+            against=against,
+            seal_key_path=public_key,
+            origin=origin,
+            action_key_path=action_key,
+        )
+        return
     try:
         from ..signing import load_public
 
