@@ -222,8 +222,11 @@ END;
 
 -- A plan archived on its PlanStarted action carries the SHA-256 of its body (LAW.md 6b).
 CREATE TEMP TRIGGER cassette_actions_plan_hash_guard BEFORE INSERT ON main.cassette_actions
-WHEN json_valid(NEW.metadata_json)
+-- (only a well-formed pair: a malformed one is INVALID_PLAN_BODY, from migration 5)
+WHEN NEW.action_type = 'PlanStarted' AND json_valid(NEW.metadata_json)
  AND json_type(NEW.metadata_json, '$.plan_body') = 'text'
+ AND length(json_extract(NEW.metadata_json, '$.plan_hash')) = 64
+ AND json_extract(NEW.metadata_json, '$.plan_hash') NOT GLOB '*[^0-9a-f]*'
  AND json_extract(NEW.metadata_json, '$.plan_hash')
      IS NOT cassette_sha256_hex(json_extract(NEW.metadata_json, '$.plan_body'))
 BEGIN
