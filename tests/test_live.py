@@ -606,7 +606,7 @@ def _two_sessions(chain: CausalChain) -> tuple[list[Any], list[Any]]:
 def test_session_verify_passes_and_reads_only_its_session(
     chain: CausalChain, db_path: Path
 ) -> None:
-    mine, theirs = _two_sessions(chain)
+    _mine, theirs = _two_sessions(chain)
     ok = invoke(db_path, "verify", "--session", "mine")
     assert ok.exit_code == 0, ok.stderr
     assert "PASS: session mine verified (5 actions)" in ok.stderr
@@ -695,7 +695,7 @@ def test_session_verify_against_a_seal_detects_a_rewritten_chain(
 ) -> None:
     from .conftest import write_journal
 
-    mine, _ = _two_sessions(chain)
+    _mine, _ = _two_sessions(chain)
     key, origin, seal = _sealed(db_path, tmp_path)
     chain.append_action(act(name="after", session_id="mine"))
     args = (
@@ -734,7 +734,7 @@ def test_session_verify_against_a_seal_detects_a_rewritten_chain(
 def test_an_exported_bundle_verifies_offline_and_tampering_fails(
     chain: CausalChain, db_path: Path, tmp_path: Path
 ) -> None:
-    mine, theirs = _two_sessions(chain)
+    _mine, _theirs = _two_sessions(chain)
     key, origin, _ = _sealed(db_path, tmp_path)
     bundle = tmp_path / "mine.bundle"
     written = out(invoke(db_path, "export", "--session", "mine", "--out", str(bundle)))
