@@ -784,3 +784,60 @@ def test_an_exported_bundle_verifies_offline_and_tampering_fails(
     assert_refused(invoke(db_path, "export", "--session", "mine"), "NOT_FOUND")
     assert file_digest(db_path) == before
     assert invoke(db_path, "export").exit_code == 2
+
+
+# ---------------------------------------------------------------------- upgrade
+
+
+def test_a_version_4_ledger_upgrades_keeps_its_encoding_and_still_verifies(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger written before migration 5 (with an effect recorded before its cause,
+    which version 4 allowed) upgrades without rewriting a row: it verifies, its journal
+    is unchanged, and the old pair is reported by validate-chain, not hidden."""
+    from catalytic_cassette import sqlfiles
+    from catalytic_cassette.migrate import current_version
+    from catalytic_cassette.verify import verify_path
+
+    four = sqlfiles.migrations()[:4]
+    with monkeypatch.context() as patched:
+        patched.setattr(sqlfiles, "migrations", lambda: four)
+        clock = SettableClock(START + 1000)
+        with CausalChain(db_path, clock=clock) as chain:
+            cause = chain.append_action(act(name="cause", session_id="s"))
+            clock.now = START
+            effect = chain.append_action(
+                act(name="effect", caused_by=cause.action_id, session_id="s")
+            )
+            journal = chain.conn.execute("SELECT seq, body FROM cassette_journal").fetchall()
+    assert current_version() == 5
+    with CausalChain(db_path, clock=ManualClock()) as chain:
+        assert chain.conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert chain.conn.execute("SELECT seq, body FROM cassette_journal").fetchall() == journal
+        assert not chain.validate_causal_chain(effect.action_id)["ok"]
+        later = chain.append_action(act(name="later", session_id="s"))
+        body = json.loads(
+            chain.conn.execute(
+                "SELECT body FROM cassette_journal WHERE row_key = ?", (later.action_id,)
+            ).fetchone()[0]
+        )
+        assert list(body["row"]) == list(json.loads(journal[0][1])["row"])  # same columns
+    assert verify_path(str(db_path)).ok
+    report = json.loads(invoke(db_path, "verify", "--session", "s", "--json").stdout)
+    assert [f["kind"] for f in report["findings"]] == ["cause_after_effect"]
+
+
+def test_cli_appends_a_plan_body_and_refuses_a_forged_hash(tmp_path: Path, db_path: Path) -> None:
+    started = act("PlanStarted", "triage", metadata={"plan_body": PLAN})
+    source = tmp_path / "plan.json"
+    source.write_text(json.dumps(started))
+    stored = out(invoke(db_path, "action", "append", "--json", str(source)))
+    assert stored[0]["metadata"]["plan_hash"] == sha256_hex(PLAN)
+    forged = act(
+        "PlanStarted", "triage", plan_id="q", metadata={"plan_body": PLAN, "plan_hash": "f" * 64}
+    )
+    source.write_text(json.dumps(forged))
+    before = file_digest(db_path)
+    assert_refused(invoke(db_path, "action", "append", "--json", str(source)), "PLAN_HASH_MISMATCH")
+    assert file_digest(db_path) == before
+    assert invoke(db_path, "plan", "show", "p").stdout == PLAN
