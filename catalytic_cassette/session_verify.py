@@ -146,8 +146,15 @@ def _check_entry(
         report.add("extra_revision", action_id, f"{len(found)} journal entries record it")
     seq, body, stored_leaf, stored_chain = found[0]
     encoded = str(body).encode("utf-8")
-    recorded = orjson.loads(encoded)
-    if recorded.get("op") != "INSERT" or not _same_row(recorded.get("row"), row):
+    try:
+        recorded = orjson.loads(encoded)
+    except orjson.JSONDecodeError:
+        recorded = None  # a body that is not JSON records nothing: row_changed
+    if (
+        not isinstance(recorded, dict)
+        or recorded.get("op") != "INSERT"
+        or not _same_row(recorded.get("row"), row)
+    ):
         report.add("row_changed", action_id, "the row differs from its journal entry", seq)
     leaf = leaf_hash(encoded)
     if leaf != stored_leaf:
