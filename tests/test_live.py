@@ -841,3 +841,25 @@ def test_cli_appends_a_plan_body_and_refuses_a_forged_hash(tmp_path: Path, db_pa
     assert_refused(invoke(db_path, "action", "append", "--json", str(source)), "PLAN_HASH_MISMATCH")
     assert file_digest(db_path) == before
     assert invoke(db_path, "plan", "show", "p").stdout == PLAN
+
+
+def test_session_verify_reports_a_journal_body_that_is_not_an_entry(
+    chain: CausalChain, db_path: Path
+) -> None:
+    """A body that is not JSON cannot be written (the journal's index evaluates it); one
+    that is JSON but no entry leaves the action without a journal entry."""
+    mine, _ = _two_sessions(chain)
+    with unguarded(db_path) as conn:
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        with pytest.raises(sqlite3.OperationalError, match="malformed JSON"):
+            conn.execute(
+                "UPDATE cassette_journal SET body = 'not json' WHERE row_key = ?",
+                (mine[0].action_id,),
+            )
+        conn.execute(
+            "UPDATE cassette_journal SET body = '[1]' WHERE row_key = ?", (mine[0].action_id,)
+        )
+    result = invoke(db_path, "verify", "--session", "mine", "--json")
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    findings = json.loads(result.stdout)["findings"]
+    assert [(f["kind"], f["action_id"]) for f in findings] == [("unjournaled", mine[0].action_id)]
