@@ -863,3 +863,41 @@ def test_session_verify_reports_a_journal_body_that_is_not_an_entry(
     assert result.exit_code == 1 and "Traceback" not in result.stderr
     findings = json.loads(result.stdout)["findings"]
     assert [(f["kind"], f["action_id"]) for f in findings] == [("unjournaled", mine[0].action_id)]
+
+
+def test_session_verify_and_bundles_through_the_api(
+    chain: CausalChain, db_path: Path, tmp_path: Path
+) -> None:
+    from catalytic_cassette.bundle import export_lines, verify_bundle
+    from catalytic_cassette.seals import record_seal
+    from catalytic_cassette.session_verify import verify_session_path
+    from catalytic_cassette.signing import generate, load_private, load_public
+
+    mine, _ = _two_sessions(chain)
+    report = verify_session_path(str(db_path), "mine")
+    assert report.ok and report.actions == 5 and report.findings == []
+    with pytest.raises(CassetteError) as excinfo:
+        verify_session_path(str(db_path), "nobody")
+    refused(excinfo, ErrorCode.NOT_FOUND)
+    with pytest.raises(CassetteError) as excinfo:
+        list(export_lines(chain.conn, "session_id", "mine"))  # nothing sealed yet
+    refused(excinfo, ErrorCode.NOT_FOUND)
+    private, public = generate(str(tmp_path / "api"))
+    seal = record_seal(chain.conn, load_private(private), now_ms=chain.now_ms(), origin=None)
+    data = b"\n".join(export_lines(chain.conn, "session_id", "mine")) + b"\n"
+    key = load_public(public)
+    checked = verify_bundle(data, key, seal.origin)
+    assert checked["ok"] and checked["entries"] == 5 and checked["size"] == seal.tree_size
+    expected = [
+        chain.conn.execute(
+            "SELECT seq FROM cassette_journal WHERE tbl = 'cassette_actions' AND row_key = ?",
+            (a.action_id,),
+        ).fetchone()[0]
+        for a in mine
+    ]
+    assert [json.loads(line)["seq"] for line in data.splitlines()[1:]] == expected
+    assert verify_bundle(b"", key, seal.origin)["problem"] == "malformed"
+    assert verify_bundle(data, key, "other/origin")["ok"] is False
+    with pytest.raises(CassetteError) as excinfo:
+        list(export_lines(chain.conn, "intent_id", "i"))
+    refused(excinfo, ErrorCode.INVALID_ARGUMENT)
