@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import payloads, plans, reasoning
+from . import dependencies, metrics, payloads, plan_archive, plans, reasoning
 from .actions import (
     COLUMNS,
     COST_SCALE,
@@ -83,15 +83,25 @@ class CausalChain(LedgerFile):
 
     # --------------------------------------------------------------- appends
 
-    def append_action(self, action: Action | dict[str, Any]) -> Action:
-        """Append one action; return it as stored (with timestamp and action_seq)."""
-        return self.append_actions([action])[0]
+    def append_action(
+        self, action: Action | dict[str, Any], *, suggest_causes: bool | str = False
+    ) -> Action:
+        """Append one action; return it as stored (with timestamp and action_seq).
 
-    def append_actions(self, actions: Iterable[Action | dict[str, Any]]) -> list[Action]:
+        ``suggest_causes`` (True: by plan; or "plan", "session", "intent") records what
+        ``detect_dependencies`` proposes in ``metadata.suggested_causes``, never as
+        ``caused_by``.
+        """
+        return self.append_actions([action], suggest_causes=suggest_causes)[0]
+
+    def append_actions(
+        self, actions: Iterable[Action | dict[str, Any]], *, suggest_causes: bool | str = False
+    ) -> list[Action]:
         """Append several actions in one transaction; a refused item refuses the batch."""
+        suggest = _suggest_scope(suggest_causes)
         prepared = self._prepare(actions)
         with self.write() as conn:
-            stored = self._insert(conn, prepared)
+            stored = self._insert(conn, prepared, suggest)
         self._joined(stored)
         return stored
 
@@ -110,13 +120,18 @@ class CausalChain(LedgerFile):
         return prepared
 
     def _insert(
-        self, conn: sqlite3.Connection, prepared: list[tuple[Action, dict[str, Any]]]
+        self,
+        conn: sqlite3.Connection,
+        prepared: list[tuple[Action, dict[str, Any]]],
+        suggest: str | None = None,
     ) -> list[Action]:
         """Insert prepared actions inside the caller's transaction."""
         stored: list[Action] = []
         now = self.ledger_now(conn)
         for index, (action, row) in enumerate(prepared):
             row["timestamp"] = now
+            if suggest is not None:
+                row["metadata_json"] = self._with_suggestions(conn, row, suggest, now)
             metadata = self._signed_metadata(row)
             row["metadata_json"] = payloads.dumps(metadata)
             try:
@@ -142,6 +157,20 @@ class CausalChain(LedgerFile):
             if action.session_id in self._sessions:
                 self._sessions[action.session_id].add(action)
 
+    @staticmethod
+    def _with_suggestions(
+        conn: sqlite3.Connection, row: dict[str, Any], scope: str, now: int
+    ) -> str:
+        """The row's metadata with the suggested causes, read in the write transaction
+        (so they are exactly the actions committed before this one)."""
+        metadata: dict[str, Any] = payloads.loads(row["metadata_json"])
+        value = row[dependencies.SCOPES[scope]]
+        found = [] if value is None else dependencies.candidates(conn, scope, value, at_ms=now)
+        metadata["suggested_causes"] = [
+            {"action_id": c["action_id"], "reason": c["reason"][:500]} for c in found
+        ]
+        return payloads.dumps(metadata)
+
     def _row(self, action: Action) -> dict[str, Any]:
         arguments_json, arguments_artifact = self._store(action.arguments, "arguments")
         result_json, result_artifact = self._store(action.result, "result")
@@ -162,7 +191,9 @@ class CausalChain(LedgerFile):
             "cost_micros": cost_micros(action.cost),
             "duration_ms": action.duration_ms,
             "timestamp": None,
-            "metadata_json": payloads.dumps(action.metadata),
+            "metadata_json": payloads.dumps(
+                plan_archive.with_plan_hash(action.action_type, action.metadata)
+            ),
             "caused_by": action.caused_by,
             "rationale": action.rationale,
             "category": action.category,
@@ -192,15 +223,25 @@ class CausalChain(LedgerFile):
         return from_row(row, self.artifacts.get)
 
     def _select(
-        self, where: str, params: tuple[Any, ...], limit: int | None = None
+        self,
+        where: str,
+        params: tuple[Any, ...],
+        limit: int | None = None,
+        newest_first: bool = False,
     ) -> list[Action]:
-        return list(self._stream(where, params, limit))
+        return list(self._stream(where, params, limit, 0, newest_first))
 
     def _stream(
-        self, where: str, params: tuple[Any, ...], limit: int | None = None, offset: int = 0
+        self,
+        where: str,
+        params: tuple[Any, ...],
+        limit: int | None = None,
+        offset: int = 0,
+        newest_first: bool = False,
     ) -> Iterator[Action]:
         """Rows decoded one at a time as SQLite returns them; the checks run on the call."""
-        sql = f"SELECT {SELECT_COLUMNS} FROM cassette_actions WHERE {where} ORDER BY action_seq"
+        order = "action_seq DESC" if newest_first else "action_seq"
+        sql = f"SELECT {SELECT_COLUMNS} FROM cassette_actions WHERE {where} ORDER BY {order}"
         if limit is not None and (
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
         ):
@@ -246,7 +287,17 @@ class CausalChain(LedgerFile):
         session_id: str | None = None,
         action_type: str | None = None,
         limit: int | None = None,
+        function_name: str | None = None,
+        since_seq: int | None = None,
+        after: str | int | None = None,
+        before: str | int | None = None,
+        newest_first: bool = False,
     ) -> list[Action]:
+        """Matching actions in insertion order (``newest_first``: the reverse).
+
+        ``since_seq``: action_seq greater than it; ``after``/``before``: timestamp in
+        ``[after, before)``, each ISO 8601 or epoch ms (timeline.parse_time).
+        """
         return list(
             self.iter_actions(
                 plan_id=plan_id,
@@ -254,6 +305,11 @@ class CausalChain(LedgerFile):
                 session_id=session_id,
                 action_type=action_type,
                 limit=limit,
+                function_name=function_name,
+                since_seq=since_seq,
+                after=after,
+                before=before,
+                newest_first=newest_first,
             )
         )
 
@@ -266,20 +322,55 @@ class CausalChain(LedgerFile):
         action_type: str | None = None,
         limit: int | None = None,
         offset: int = 0,
+        function_name: str | None = None,
+        since_seq: int | None = None,
+        after: str | int | None = None,
+        before: str | int | None = None,
+        newest_first: bool = False,
     ) -> Iterator[Action]:
         """Like ``find_actions``, one action at a time, in constant memory: read it
         before the next call on this ledger (it holds the query open)."""
-        clauses, params = ["1"], []
+        from .timeline import parse_time
+
+        clauses: list[str] = ["1"]
+        params: list[Any] = []
         for column, value in (
             ("plan_id", plan_id),
             ("intent_id", intent_id),
             ("session_id", session_id),
             ("action_type", action_type),
+            ("function_name", function_name),
         ):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
-        return self._stream(" AND ".join(clauses), tuple(params), limit, offset)
+        if since_seq is not None:
+            if isinstance(since_seq, bool) or not isinstance(since_seq, int):
+                raise CassetteError(ErrorCode.INVALID_ARGUMENT, "since_seq must be an integer")
+            clauses.append("action_seq > ?")
+            params.append(since_seq)
+        for operator, when in ((">=", after), ("<", before)):
+            if when is not None:
+                clauses.append(f"timestamp {operator} ?")
+                params.append(parse_time(when))
+        return self._stream(" AND ".join(clauses), tuple(params), limit, offset, newest_first)
+
+    def latest(
+        self,
+        plan_id: str | None = None,
+        session_id: str | None = None,
+        intent_id: str | None = None,
+    ) -> Action | None:
+        """The newest action (by action_seq) of a plan, session or intent, or of the
+        whole ledger; None when there is none."""
+        found = self.find_actions(
+            plan_id=plan_id,
+            session_id=session_id,
+            intent_id=intent_id,
+            limit=1,
+            newest_first=True,
+        )
+        return found[0] if found else None
 
     def get_children(self, action_id: str) -> list[Action]:
         self._require(action_id)
@@ -316,6 +407,28 @@ class CausalChain(LedgerFile):
         self, plan_id: str | None = None, session_id: str | None = None
     ) -> dict[str, Any]:
         return reasoning.causality_stats(self.conn, plan_id, session_id)
+
+    def detect_dependencies(self, **query: Any) -> list[dict[str, Any]]:
+        """Candidate causes, newest first, each with its reason (dependencies module)."""
+        return dependencies.detect_dependencies(self.conn, now_ms=self.now_ms(), **query)
+
+    def validate_causal_chain(self, action_id: str) -> dict[str, Any]:
+        """Does every cause up this action's chain exist and precede its effect in time?"""
+        return dependencies.validate_causal_chain(self.conn, action_id)
+
+    def metrics(self, by: str) -> list[dict[str, Any]]:
+        """Count, failures, failure rate, durations (total, p50, p95) and cost per group."""
+        return metrics.metrics(self.conn, by)
+
+    def follow(self, since_seq: int = -1, **options: Any) -> Iterator[dict[str, Any]]:
+        """Journal entries after ``since_seq`` as they commit (follow module)."""
+        from .follow import follow
+
+        return follow(self.conn, since_seq, **options)
+
+    def plan_body(self, plan_id: str) -> dict[str, Any]:
+        """The body archived on the plan's PlanStarted, its hash checked on read."""
+        return plan_archive.plan_body(self.conn, plan_id)
 
     def downstream(self, action_id: str) -> list[Action]:
         """Every action caused, directly or transitively, by this one."""
@@ -439,6 +552,18 @@ class CausalChain(LedgerFile):
     @property
     def loaded_sessions(self) -> tuple[str, ...]:
         return tuple(self._sessions)
+
+
+def _suggest_scope(value: bool | str) -> str | None:
+    if value is False:
+        return None
+    if value is True:
+        return "plan"
+    if isinstance(value, str) and value in dependencies.SCOPES:
+        return value
+    raise CassetteError(
+        ErrorCode.INVALID_ARGUMENT, "suggest_causes is a bool or one of plan, session, intent"
+    )
 
 
 def _load_signing_key(

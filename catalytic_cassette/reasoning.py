@@ -167,7 +167,8 @@ def _stats(
         f"SELECT count(*), sum({_HAS_CAUSALITY}), sum(caused_by IS NOT NULL),"
         " sum(caused_by IS NOT NULL AND rationale IS NULL),"
         " sum(caused_by IS NULL AND EXISTS (SELECT 1 FROM cassette_actions e"
-        "     WHERE e.caused_by = a.action_id))"
+        "     WHERE e.caused_by = a.action_id)),"
+        f" sum(caused_by IS NULL AND {_HAS_CAUSALITY})"
         f" FROM cassette_actions a WHERE {scope}",
         params,
     ).fetchone()
@@ -189,7 +190,7 @@ def _stats(
             SELECT c.action_id, depth.length + 1
               FROM depth JOIN cassette_actions c ON c.caused_by = depth.action_id
         )
-        SELECT avg(depth.length), max(depth.length)
+        SELECT avg(depth.length), max(depth.length), sum(depth.length)
           FROM depth JOIN cassette_actions a ON a.action_id = depth.action_id
          WHERE depth.length > 0 AND {scope}
         """,
@@ -206,4 +207,25 @@ def _stats(
         "categories": categories,
         "average_chain_length": round(lengths[0], 3) if lengths[0] is not None else 0.0,
         "max_chain_length": lengths[1] or 0,
+        **_engine_figures(totals[1] or 0, totals[2] or 0, totals[5] or 0, lengths),
+    }
+
+
+def _engine_figures(
+    with_causality: int, with_cause: int, roots: int, lengths: tuple[Any, ...]
+) -> dict[str, Any]:
+    """The causality engine's definitions, beside ours (LAW.md 6a): every action with
+    causality data and no cause is a root (an isolated decision too), and a chain's
+    length counts nodes, the action included, over every action with causality data.
+    An action without a cause is a chain of one node; one with a cause, links + 1."""
+    links = lengths[2] or 0
+    if with_causality == 0:
+        average, longest = 0.0, 0
+    else:
+        average = round((with_causality + links) / with_causality, 3)
+        longest = (lengths[1] or 0) + 1 if with_cause else 1
+    return {
+        "root_causes_including_isolated": roots,
+        "average_chain_nodes": average,
+        "max_chain_nodes": longest,
     }

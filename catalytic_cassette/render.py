@@ -130,6 +130,9 @@ def stats_text(stats: dict[str, Any]) -> str:
         f"root causes:             {stats['root_causes']}",
         f"average chain length:    {stats['average_chain_length']}",
         f"max chain length:        {stats['max_chain_length']}",
+        f"roots incl. isolated:    {stats['root_causes_including_isolated']}",
+        f"average chain nodes:     {stats['average_chain_nodes']}",
+        f"max chain nodes:         {stats['max_chain_nodes']}",
     ]
     lines += [f"category {name + ':':14s} {count}" for name, count in stats["categories"].items()]
     return "\n".join(lines)

@@ -253,3 +253,16 @@ BEGIN
                                            ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
+
+-- A plan archived on its PlanStarted action carries the SHA-256 of its body (LAW.md 6c).
+CREATE TEMP TRIGGER cassette_actions_plan_hash_guard BEFORE INSERT ON main.cassette_actions
+-- (only a well-formed pair: a malformed one is INVALID_PLAN_BODY, from migration 5)
+WHEN NEW.action_type = 'PlanStarted' AND json_valid(NEW.metadata_json)
+ AND json_type(NEW.metadata_json, '$.plan_body') = 'text'
+ AND length(json_extract(NEW.metadata_json, '$.plan_hash')) = 64
+ AND json_extract(NEW.metadata_json, '$.plan_hash') NOT GLOB '*[^0-9a-f]*'
+ AND json_extract(NEW.metadata_json, '$.plan_hash')
+     IS NOT cassette_sha256_hex(json_extract(NEW.metadata_json, '$.plan_body'))
+BEGIN
+    SELECT RAISE(ABORT, 'PLAN_HASH_MISMATCH: plan_hash must be the SHA-256 of plan_body');
+END;

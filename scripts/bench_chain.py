@@ -277,6 +277,45 @@ print(json.dumps({{"open_ms": opened * 1000, "load_ms": loaded * 1000, "actions"
 """
 
 
+def live_workloads(path: Path, root: str) -> None:
+    """metrics (one SQL statement per dimension) and tail: the journal read in seq order,
+    in-process through follow() and end to end through `cassette tail` to /dev/null."""
+    from catalytic_cassette.connection import connect_readonly
+    from catalytic_cassette.follow import follow
+    from catalytic_cassette.metrics import DIMENSIONS, metrics
+
+    conn = connect_readonly(path)
+    try:
+        for by in DIMENSIONS:
+            start = time.perf_counter()
+            groups = metrics(conn, by)
+            elapsed = time.perf_counter() - start
+            print(f"metrics --by {by:10s}: {elapsed:.2f} s, {len(groups):,} groups")
+        start = time.perf_counter()
+        entries = sum(1 for _ in follow(conn, -1, keep_following=False))
+        elapsed = time.perf_counter() - start
+        print(
+            f"follow() from seq 0: {entries:,} entries in {elapsed:.2f} s"
+            f" = {entries / elapsed:,.0f}/s"
+        )
+    finally:
+        conn.close()
+    env = {**os.environ, "PYTHONPATH": root}
+    start = time.perf_counter()
+    with open(os.devnull, "wb") as sink:
+        subprocess.run(
+            [sys.executable, "-m", "catalytic_cassette", "--db", str(path), "tail"],
+            stdout=sink,
+            check=True,
+            env=env,
+        )
+    elapsed = time.perf_counter() - start
+    print(
+        f"cassette tail (JSON lines to /dev/null): {entries:,} entries in {elapsed:.2f} s"
+        f" = {entries / elapsed:,.0f}/s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--durability", choices=["normal", "full", "both"], default="both")
@@ -289,6 +328,16 @@ def main() -> None:
     parser.add_argument("--session-size", type=int, default=1000)
     parser.add_argument("--chain-depth", type=int, default=10000, help="deepest cause chain")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the script")
+    parser.add_argument(
+        "--live-only",
+        action="store_true",
+        help="only build (or reuse) the ledgers and measure metrics and tail",
+    )
+    parser.add_argument(
+        "--keep",
+        default=None,
+        help="keep the built ledgers in this directory and reuse them on the next run",
+    )
     args = parser.parse_args()
     if args.quick:
         args.reps, args.single, args.batched, args.batch = 1, 50, 200, 100
@@ -309,6 +358,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-chain-") as tmp:
         scratch = Path(tmp)
+        kept = Path(args.keep) if args.keep else scratch
+        kept.mkdir(parents=True, exist_ok=True)
+        if args.live_only:
+            durabilities = []
         for durability in durabilities:
             print(f"\n== durability {durability} (synchronous={durability.upper()})")
             (scratch / durability).mkdir()
@@ -336,21 +389,30 @@ def main() -> None:
                 f"{statistics.median(results['ours']) / statistics.median(results['raw']):.2f}"
             )
 
-        print("\n== cause chains (durability normal)")
-        for depth, seconds in deep_chain(scratch / "deep.db", args.chain_depth):
-            print(
-                f"build_causal_chain depth {depth:,}: {seconds * 1000:.1f} ms "
-                f"({seconds / depth * 1e6:.1f} us per link)"
-            )
+        if not args.live_only:
+            print("\n== cause chains (durability normal)")
+            for depth, seconds in deep_chain(scratch / "deep.db", args.chain_depth):
+                print(
+                    f"build_causal_chain depth {depth:,}: {seconds * 1000:.1f} ms "
+                    f"({seconds / depth * 1e6:.1f} us per link)"
+                )
 
         print("\n== verify, sessions and statistics (durability normal for the build)")
         for size in (int(s) for s in args.ledger_sizes.split(",")):
-            path = scratch / f"ledger-{size}.db"
-            rate = build_ledger(path, size, args.session_size, "normal")
-            on_disk = sum(
-                p.stat().st_size for p in scratch.glob(f"ledger-{size}.db*") if p.is_file()
-            )
-            print(f"built {size:,} actions at {rate:,.0f}/s; {on_disk / size:,.0f} bytes/action")
+            path = kept / f"ledger-{size}.db"
+            if path.exists():
+                print(f"reusing {path}")
+            else:
+                rate = build_ledger(path, size, args.session_size, "normal")
+                on_disk = sum(
+                    p.stat().st_size for p in kept.glob(f"ledger-{size}.db*") if p.is_file()
+                )
+                print(
+                    f"built {size:,} actions at {rate:,.0f}/s; {on_disk / size:,.0f} bytes/action"
+                )
+            live_workloads(path, root)
+            if args.live_only:
+                continue
             verifies, floors = [], []
             for _ in range(args.verify_reps):  # interleaved with the floor below
                 verifies.append(measure_in_child(CHILD_VERIFY.format(root=root, path=str(path))))

@@ -116,6 +116,13 @@ READ_COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("prove", "inclusion"): ("0",),
     ("prove", "receipt"): ("1",),
     ("prove", "consistency"): ("{pub}",),
+    ("latest",): (),
+    ("suggest-causes",): ("--plan", "p"),
+    ("validate-chain",): ("{call}",),
+    ("tail",): (),
+    ("metrics",): ("--by", "plan"),
+    ("plan", "show"): ("p",),
+    ("export",): ("--plan", "p"),
 }
 WRITE_COMMANDS = {
     ("init",),
@@ -133,6 +140,9 @@ WRITE_COMMANDS = {
     ("verify-proof",),
     ("backup",),
     ("restore",),
+    # neither writes a ledger; they are not run as reads above (a server, an offline check)
+    ("mcp",),
+    ("verify-bundle",),
 }
 
 
@@ -164,6 +174,7 @@ _REQUIRED_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("verify-proof",): ("{pub}", "--public-key", "{pub}", "--origin", "o"),
     ("backup",): ("{tmp}/b.db", "--key", "{key}"),
     ("restore",): ("{db}", "{tmp}/r.db", "--public-key", "{pub}", "--origin", "o"),
+    ("verify-bundle",): ("{pub}", "--public-key", "{pub}", "--origin", "o"),
 }
 
 
@@ -189,8 +200,8 @@ class TestEveryCommand:
         answered(CliRunner().invoke(cli, ["--db", str(tmp_path / "x.db"), "nope"]), "USAGE", 2)
         assert list(tmp_path.iterdir()) == []
 
-    def test_only_verify_and_verify_proof_exit_3(self) -> None:
-        assert {"verify", "verify-proof"} == VERIFYING_COMMANDS
+    def test_only_the_verifying_commands_exit_3(self) -> None:
+        assert {"verify", "verify-proof", "verify-bundle"} == VERIFYING_COMMANDS
 
     @pytest.mark.parametrize(
         "number",
@@ -227,11 +238,18 @@ class TestAdapter:
             anchor_commands,
             chain_commands,
             commands,
+            live_commands,
             reasoning_commands,
         )
 
         group = click.Group()
-        for module in (commands, chain_commands, reasoning_commands, anchor_commands):
+        for module in (
+            commands,
+            chain_commands,
+            reasoning_commands,
+            anchor_commands,
+            live_commands,
+        ):
             module.register(group)
         assert sorted(group.commands) == sorted(cli.commands)
 

@@ -18,11 +18,19 @@ PACKAGE = ROOT / "catalytic_cassette"
 DISTRIBUTION_OF = {"yaml": "pyyaml"}
 
 
-def imported_top_level_modules(package: Path) -> set[str]:
+# Modules that only an optional extra serves: module file name -> the extra it needs.
+OPTIONAL_MODULES = {"mcp_server.py": "mcp"}
+
+
+def imported_top_level_modules(package: Path, *, only: str | None = None) -> set[str]:
     """Every absolute import of the package's modules, reduced to its top-level name,
-    including imports inside functions and under TYPE_CHECKING."""
+    including imports inside functions and under TYPE_CHECKING. The modules of optional
+    extras are left out, or read alone with ``only``."""
     found: set[str] = set()
     for source in package.rglob("*.py"):
+        optional = source.name in OPTIONAL_MODULES
+        if (only is None and optional) or (only is not None and source.name != only):
+            continue
         tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -54,6 +62,15 @@ def declared_runtime_dependencies() -> set[str]:
 def test_declared_runtime_dependencies_are_exactly_the_imported_ones() -> None:
     imported = third_party(imported_top_level_modules(PACKAGE))
     assert declared_runtime_dependencies() == imported
+
+
+def test_an_optional_module_imports_only_the_runtime_ones_and_its_extra() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    for module, extra in OPTIONAL_MODULES.items():
+        assert extra in project["optional-dependencies"]
+        imported = third_party(imported_top_level_modules(PACKAGE, only=module))
+        assert imported <= declared_runtime_dependencies() | {extra}
+        assert extra in imported
 
 
 def test_the_import_scan_sees_nested_and_type_checking_imports(tmp_path: Path) -> None:

@@ -293,6 +293,9 @@ KNOWN_STATS: list[tuple[str | None, str | None, dict[str, Any]]] = [
             "categories": counts(conversation=2, decision=2, file_edit=1, tool_use=2, research=2),
             "average_chain_length": 2.0,  # (1 + 2 + 3 + 4 + 1 + 1 + 2) / 7
             "max_chain_length": 4,
+            "root_causes_including_isolated": 4,
+            "average_chain_nodes": 2.273,
+            "max_chain_nodes": 5,
         },
     ),
     (
@@ -307,6 +310,9 @@ KNOWN_STATS: list[tuple[str | None, str | None, dict[str, Any]]] = [
             "categories": counts(decision=2, research=1, tool_use=2, file_edit=1),
             "average_chain_length": 2.4,  # (1 + 2 + 3 + 4 + 2) / 5: 9's root is in beta
             "max_chain_length": 4,
+            "root_causes_including_isolated": 2,
+            "average_chain_nodes": 2.714,
+            "max_chain_nodes": 5,
         },
     ),
     (
@@ -321,6 +327,9 @@ KNOWN_STATS: list[tuple[str | None, str | None, dict[str, Any]]] = [
             "categories": counts(conversation=2, research=1),
             "average_chain_length": 1.0,
             "max_chain_length": 1,
+            "root_causes_including_isolated": 2,
+            "average_chain_nodes": 1.5,
+            "max_chain_nodes": 2,
         },
     ),
     (
@@ -335,6 +344,9 @@ KNOWN_STATS: list[tuple[str | None, str | None, dict[str, Any]]] = [
             "categories": counts(decision=2, research=1, tool_use=1, file_edit=1),
             "average_chain_length": 2.5,
             "max_chain_length": 4,
+            "root_causes_including_isolated": 2,
+            "average_chain_nodes": 2.667,
+            "max_chain_nodes": 5,
         },
     ),
     (
@@ -349,6 +361,9 @@ KNOWN_STATS: list[tuple[str | None, str | None, dict[str, Any]]] = [
             "categories": counts(conversation=2, tool_use=1),
             "average_chain_length": 1.333,  # 4 / 3, rounded to 3 places
             "max_chain_length": 2,
+            "root_causes_including_isolated": 1,
+            "average_chain_nodes": 2.0,
+            "max_chain_nodes": 3,
         },
     ),
     (
@@ -363,6 +378,9 @@ KNOWN_STATS: list[tuple[str | None, str | None, dict[str, Any]]] = [
             "categories": counts(tool_use=1),
             "average_chain_length": 2.0,
             "max_chain_length": 2,
+            "root_causes_including_isolated": 0,
+            "average_chain_nodes": 3.0,
+            "max_chain_nodes": 3,
         },
     ),
     (
@@ -377,6 +395,9 @@ KNOWN_STATS: list[tuple[str | None, str | None, dict[str, Any]]] = [
             "categories": counts(),
             "average_chain_length": 0.0,
             "max_chain_length": 0,
+            "root_causes_including_isolated": 0,
+            "average_chain_nodes": 0.0,
+            "max_chain_nodes": 0,
         },
     ),
     (
@@ -391,6 +412,9 @@ KNOWN_STATS: list[tuple[str | None, str | None, dict[str, Any]]] = [
             "categories": counts(),
             "average_chain_length": 0.0,
             "max_chain_length": 0,
+            "root_causes_including_isolated": 0,
+            "average_chain_nodes": 0.0,
+            "max_chain_nodes": 0,
         },
     ),
 ]
@@ -517,6 +541,11 @@ class Forest:
         ]
         caused = [i for i in scope if self.causes[i] is not None]
         lengths = [len(self.path(i)) - 1 for i in caused]
+        with_data = [
+            i
+            for i in scope
+            if self.causes[i] is not None or self.nodes[i][3] or self.nodes[i][4] is not None
+        ]
         categories = dict.fromkeys(CATEGORIES, 0)
         for i in scope:
             if self.nodes[i][4] is not None:
@@ -536,6 +565,15 @@ class Forest:
             "categories": categories,
             "average_chain_length": round(sum(lengths) / len(lengths), 3) if lengths else 0.0,
             "max_chain_length": max(lengths, default=0),
+            # the causality engine's definitions: roots among the actions with causality
+            # data, chain sizes in nodes (the action included) over those actions
+            "root_causes_including_isolated": sum(1 for i in with_data if self.causes[i] is None),
+            "average_chain_nodes": (
+                round(sum(len(self.path(i)) for i in with_data) / len(with_data), 3)
+                if with_data
+                else 0.0
+            ),
+            "max_chain_nodes": max((len(self.path(i)) for i in with_data), default=0),
         }
 
 

@@ -31,6 +31,9 @@ def test_bench_chain_quick_run_reports_every_workload() -> None:
         "durability full",
         "build_causal_chain depth 300",
         "causality_stats over 2,000 actions",
+        "metrics --by capability",
+        "follow() from seq 0: 2,000 entries",
+        "cassette tail (JSON lines to /dev/null): 2,000 entries",
     ):
         assert expected in out, out
 

@@ -28,7 +28,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: `cassette actions --nl | head -1`
 
 # Commands whose refusal means "the evidence could not be checked", not "refused".
-VERIFYING_COMMANDS = frozenset({"verify", "verify-proof"})
+VERIFYING_COMMANDS = frozenset({"verify", "verify-proof", "verify-bundle"})
 _COMMAND_KEY = "cassette.command"
 
 

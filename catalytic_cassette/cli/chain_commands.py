@@ -84,6 +84,11 @@ def action_show(ctx: click.Context, action_id: str) -> None:
 @click.option(
     "--offset", type=click.IntRange(min=0), default=0, help="Skip the first N matching actions."
 )
+@click.option("--function", "function_name", default=None, help="Only this function_name.")
+@click.option("--since-seq", type=int, default=None, help="Only action_seq greater than N.")
+@click.option("--after", default=None, help="Only timestamp >= T (ISO 8601 or epoch ms).")
+@click.option("--before", default=None, help="Only timestamp < T (ISO 8601 or epoch ms).")
+@click.option("--desc", is_flag=True, help="Newest first (with --limit 1: the latest).")
 @output_options
 @click.pass_context
 def actions(
@@ -94,8 +99,13 @@ def actions(
     action_type: str | None,
     limit: int | None,
     offset: int,
+    function_name: str | None,
+    since_seq: int | None,
+    after: str | None,
+    before: str | None,
+    desc: bool,
 ) -> Iterator[Action]:
-    """List actions in insertion order, streamed as they are read."""
+    """List actions in insertion order (--desc: newest first), streamed as they are read."""
     return open_chain(ctx, read_only=True).iter_actions(
         plan_id=plan,
         intent_id=intent,
@@ -103,6 +113,11 @@ def actions(
         action_type=action_type,
         limit=limit,
         offset=offset,
+        function_name=function_name,
+        since_seq=since_seq,
+        after=after,
+        before=before,
+        newest_first=desc,
     )
 
 

@@ -309,6 +309,9 @@ def status(ctx: click.Context, run_id: str) -> None:
     default=None,
     help="A directory of <worker_id>.pub keys: check every worker attestation against them.",
 )
+@click.option(
+    "--session", default=None, help="Verify only this session's actions (see LAW.md 10a)."
+)
 @click.pass_context
 def verify(
     ctx: click.Context,
@@ -319,6 +322,7 @@ def verify(
     origin: str | None,
     action_key: str | None,
     worker_keys: str | None,
+    session: str | None,
 ) -> None:
     """Check the whole ledger. Exit 0 intact, 1 tampered or inconsistent, 3 cannot verify.
 
@@ -333,6 +337,19 @@ def verify(
     assert settings is not None
     if against is not None and (public_key is None or origin is None):
         raise click.UsageError("--against needs --public-key and --origin to pin the seals")
+    if session is not None:
+        from .live_commands import verify_session
+
+        verify_session(
+            ctx,
+            session,
+            as_json=as_json,
+            against=against,
+            seal_key_path=public_key,
+            origin=origin,
+            action_key_path=action_key,
+        )
+        return
     if against is None and (public_key is not None or origin is not None):
         # One meaning per option: --public-key is the seals' signer, as for verify-proof
         # and restore; an action signer is --action-key.

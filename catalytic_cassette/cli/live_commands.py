@@ -1,0 +1,331 @@
+"""Commands of the ledger as a live source: newest first, suggested causes, chain
+validation, tail, metrics, session verify, plan bodies, bundles and the MCP server."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from .anchor_commands import _reading, _write_or_print
+from .boundary import EXIT_CANNOT_VERIFY, emit
+from .chain_commands import open_chain
+from .commands import Settings
+from .output import output_options, render
+from .reasoning_commands import plan as plan_group
+
+
+def _one_scope(plan: str | None, session: str | None, intent: str | None) -> None:
+    if sum(v is not None for v in (plan, session, intent)) > 1:
+        raise click.UsageError("give at most one of --plan, --session, --intent")
+
+
+@click.command()
+@click.option("--plan", default=None, help="The newest action of this plan_id.")
+@click.option("--session", default=None, help="... of this session_id.")
+@click.option("--intent", default=None, help="... of this intent_id.")
+@click.pass_context
+def latest(ctx: click.Context, plan: str | None, session: str | None, intent: str | None) -> None:
+    """The newest action (by action_seq) of a plan, session or intent, or of the ledger;
+    null when there is none."""
+    _one_scope(plan, session, intent)
+    found = open_chain(ctx, read_only=True).latest(
+        plan_id=plan, session_id=session, intent_id=intent
+    )
+    emit(None if found is None else found.to_dict())
+
+
+@click.command("suggest-causes")
+@click.option("--action", "action_id", default=None, help="Causes for this existing action.")
+@click.option(
+    "--scope",
+    type=click.Choice(["plan", "session", "intent"]),
+    default="plan",
+    show_default=True,
+    help="With --action: neighbours in its plan, session or intent.",
+)
+@click.option("--plan", default=None, help="Without --action: candidates in this plan.")
+@click.option("--session", default=None, help="... in this session.")
+@click.option("--intent", default=None, help="... in this intent.")
+@click.option("--at", default=None, help="Without --action: the time (ISO 8601 or epoch ms).")
+@click.option("--window-ms", type=click.IntRange(min=1), default=3_600_000, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1, max=20), default=5, show_default=True)
+@output_options
+@click.pass_context
+def suggest_causes(
+    ctx: click.Context,
+    action_id: str | None,
+    scope: str,
+    plan: str | None,
+    session: str | None,
+    intent: str | None,
+    at: str | None,
+    window_ms: int,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """Candidate causes, newest first, each with its reason. Proposals only: nothing is
+    written, and `caused_by` stays what the orchestrator observed."""
+    import time
+
+    from ..dependencies import detect_dependencies
+    from ..timeline import parse_time
+
+    with _reading(ctx) as conn:
+        return detect_dependencies(
+            conn,
+            now_ms=time.time_ns() // 1_000_000,
+            plan_id=plan,
+            session_id=session,
+            intent_id=intent,
+            action_id=action_id,
+            scope=scope,
+            at_ms=None if at is None else parse_time(at),
+            window_ms=window_ms,
+            limit=limit,
+        )
+
+
+@click.command("validate-chain")
+@click.argument("action_id")
+@click.pass_context
+def validate_chain(ctx: click.Context, action_id: str) -> None:
+    """Does every cause up ACTION_ID's chain exist and precede its effect? Exit 1 if not."""
+    from ..dependencies import validate_causal_chain
+
+    with _reading(ctx) as conn:
+        result = validate_causal_chain(conn, action_id)
+    emit(result)
+    if not result["ok"]:
+        click.echo(f"FAIL: {len(result['problems'])} problem(s) in the cause chain", err=True)
+        ctx.exit(1)
+
+
+@click.command()
+@click.option(
+    "--since-seq",
+    type=click.IntRange(min=-1),
+    default=-1,
+    show_default=True,
+    help="Print entries after this seq (the last one a previous run printed).",
+)
+@click.option("--follow", "keep_following", is_flag=True, help="Keep printing as entries commit.")
+@click.option("--table", default=None, help="Only entries of this table, e.g. cassette_actions.")
+@click.option("--max-entries", type=click.IntRange(min=1), default=None, help="Stop after N.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="With --follow: stop after this many seconds.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.001),
+    default=0.2,
+    show_default=True,
+    help="Seconds between polls.",
+)
+@click.pass_context
+def tail(
+    ctx: click.Context,
+    since_seq: int,
+    keep_following: bool,
+    table: str | None,
+    max_entries: int | None,
+    timeout: float | None,
+    interval: float,
+) -> None:
+    """Journal entries as JSON lines, in seq order, as they commit. Read-only; restart
+    with --since-seq LAST for no gap and no duplicate."""
+    from ..follow import follow
+
+    printed = 0
+    with _reading(ctx) as conn:
+        try:
+            for item in follow(
+                conn,
+                since_seq,
+                table=table,
+                keep_following=keep_following,
+                poll_seconds=interval,
+                timeout_seconds=timeout,
+            ):
+                sys.stdout.write(orjson.dumps(item).decode("utf-8") + "\n")
+                sys.stdout.flush()  # a line is out before the next poll: restarts lose nothing
+                printed += 1
+                if max_entries is not None and printed >= max_entries:
+                    break
+        except KeyboardInterrupt:
+            pass
+
+
+@click.command()
+@click.option(
+    "--by",
+    type=click.Choice(["plan", "intent", "session", "function", "capability"]),
+    required=True,
+)
+@click.option("--json", "as_json", is_flag=True, help="A JSON array instead of a table.")
+@click.pass_context
+def metrics(ctx: click.Context, by: str, as_json: bool) -> None:
+    """Count, failures, failure rate, total/p50/p95 duration and total cost per group."""
+    from ..metrics import metrics as compute
+
+    with _reading(ctx) as conn:
+        rows = compute(conn, by)
+    emit(rows) if as_json else render(rows, "table")
+
+
+@plan_group.command("show")
+@click.argument("plan_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the body with its hash as JSON.")
+@click.pass_context
+def plan_show(ctx: click.Context, plan_id: str, as_json: bool) -> None:
+    """Print the plan body archived on PLAN_ID's PlanStarted (its hash checked)."""
+    from ..plan_archive import plan_body
+
+    with _reading(ctx) as conn:
+        found = plan_body(conn, plan_id)
+    if as_json:
+        emit(found)
+    else:
+        sys.stdout.write(found["plan_body"])
+        sys.stdout.flush()
+
+
+@click.command()
+@click.option("--session", default=None, help="Export this session's actions.")
+@click.option("--plan", default=None, help="Export this plan's actions.")
+@click.option("--seal", "seal_file", default=None, help="Seal file (default: newest recorded).")
+@click.option("--out", default=None, help="Write the bundle here (default: stdout).")
+@click.pass_context
+def export(
+    ctx: click.Context,
+    session: str | None,
+    plan: str | None,
+    seal_file: str | None,
+    out: str | None,
+) -> None:
+    """A self-verifying bundle: entries as JSON lines with inclusion proofs, and the seal."""
+    from ..bundle import export_lines
+
+    if (session is None) == (plan is None):
+        raise click.UsageError("give exactly one of --session or --plan")
+    scope, value = ("session_id", session) if session is not None else ("plan_id", plan)
+    note = Path(seal_file).read_bytes() if seal_file is not None else None
+    with _reading(ctx) as conn:
+        lines = list(export_lines(conn, scope, str(value), note))
+    _write_or_print(b"\n".join(lines) + b"\n", out, {"entries": len(lines) - 1})
+
+
+@click.command("verify-bundle")
+@click.argument("bundle_file", type=click.Path(dir_okay=False))
+@click.option("--public-key", required=True, help="The seal signer's public key (pinned).")
+@click.option("--origin", required=True, help="The origin the seal must name (pinned).")
+@click.pass_context
+def verify_bundle_command(
+    ctx: click.Context, bundle_file: str, public_key: str, origin: str
+) -> None:
+    """Check a bundle offline. Exit 0 holds, 1 a bad entry or signature, 3 cannot check."""
+    from ..bundle import verify_bundle
+    from ..errors import CassetteError, ErrorCode
+    from ..signing import load_public
+
+    # A refusal here means nothing was checked: the boundary exits 3 for verify-bundle.
+    key = load_public(public_key)
+    try:
+        data = Path(bundle_file).read_bytes()
+    except OSError as exc:
+        raise CassetteError(ErrorCode.CANNOT_OPEN, f"cannot read {bundle_file}: {exc}") from exc
+    result = verify_bundle(data, key, origin)
+    emit(result)
+    if not result["ok"]:
+        click.echo(f"FAIL: {result['problem']}", err=True)
+        ctx.exit(1 if result["problem"] in ("bad_entry", "bad_signature") else EXIT_CANNOT_VERIFY)
+    click.echo(f"PASS: {result['entries']} entries proven under the seal", err=True)
+
+
+def verify_session(
+    ctx: click.Context,
+    session_id: str,
+    *,
+    as_json: bool,
+    against: str | None,
+    seal_key_path: str | None,
+    origin: str | None,
+    action_key_path: str | None,
+) -> None:
+    """`cassette verify --session S`: one session, without reading the rest of the file."""
+    from ..session_verify import verify_session_path
+    from ..signing import load_public
+
+    settings = ctx.find_object(Settings)
+    assert settings is not None
+    # Under `verify`, a refusal here exits 3 (the boundary): nothing was checked.
+    seal_key = load_public(seal_key_path) if against and seal_key_path else None
+    key = load_public(action_key_path) if action_key_path is not None else None
+    anchors = None
+    if against is not None:
+        from ..anchor import load_anchors
+
+        anchors = load_anchors(against)
+    report = verify_session_path(
+        settings.db,
+        session_id,
+        public_key=key,
+        anchors=anchors,
+        seal_key=seal_key,
+        origin=origin,
+    )
+    if as_json:
+        emit(report.to_dict())
+    else:
+        for f in report.findings:
+            where = f" seq={f['seq']}" if f["seq"] is not None else ""
+            click.echo(f"error: {f['kind']}{where} action[{f['action_id']}]: {f['detail']}")
+        for anchor in report.anchors:
+            click.echo(f"anchor: {anchor['status']} size={anchor['size']} {anchor['path']}")
+        for note in report.notes:
+            click.echo(f"note: {note}")
+    if not report.ok:
+        click.echo(f"FAIL: {len(report.findings)} issue(s) found", err=True)
+        ctx.exit(1)
+    if report.unverifiable:
+        click.echo("CANNOT VERIFY: an anchor could not be checked", err=True)
+        ctx.exit(EXIT_CANNOT_VERIFY)
+    click.echo(f"PASS: session {session_id} verified ({report.actions} actions)", err=True)
+
+
+@click.command()
+@click.pass_context
+def mcp(ctx: click.Context) -> None:
+    """Serve the ledger's read-only queries as MCP tools over stdio (extra: mcp)."""
+    from ..errors import CassetteError, ErrorCode
+
+    try:
+        from ..mcp_server import serve
+    except ImportError as exc:
+        raise CassetteError(
+            ErrorCode.INVALID_ARGUMENT,
+            "the MCP server needs the mcp extra: pip install 'catalytic-cassette[mcp]'",
+        ) from exc
+    settings = ctx.find_object(Settings)
+    assert settings is not None
+    serve(settings.db)
+
+
+def register(group: click.Group) -> None:
+    """Add this module's commands to ``group`` (``plan show`` joins the ``plan`` group)."""
+    for command in (
+        latest,
+        suggest_causes,
+        validate_chain,
+        tail,
+        metrics,
+        export,
+        verify_bundle_command,
+        mcp,
+    ):
+        group.add_command(command)
