@@ -226,10 +226,10 @@ def measure_in_child(code: str) -> dict[str, float]:
 CHILD_VERIFY = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from catalytic_cassette.verify import verify_path
+from catalytic_cassette.verify import Level, verify_path
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
-report = verify_path({path!r})
+report = verify_path({path!r}, level=Level({level!r}))
 elapsed = time.perf_counter() - start
 assert report.ok, report.findings[:3]
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -413,10 +413,22 @@ def main() -> None:
             live_workloads(path, root)
             if args.live_only:
                 continue
-            verifies, floors = [], []
+            verifies, quicks, floors = [], [], []
             for _ in range(args.verify_reps):  # interleaved with the floor below
-                verifies.append(measure_in_child(CHILD_VERIFY.format(root=root, path=str(path))))
+                verifies.append(
+                    measure_in_child(CHILD_VERIFY.format(root=root, path=str(path), level="full"))
+                )
+                quicks.append(
+                    measure_in_child(CHILD_VERIFY.format(root=root, path=str(path), level="quick"))
+                )
                 floors.append(measure_in_child(CHILD_FLOOR.format(path=str(path))))
+            quick_rate = statistics.median(m["rows_per_s"] for m in quicks)
+            floor_rate = statistics.median(m["rows_per_s"] for m in floors)
+            print(
+                f"verify --quick (header, schema, chain): "
+                f"{median_range([m['rows_per_s'] for m in quicks])}; "
+                f"ratio quick/floor = {quick_rate / floor_rate:.2f}"
+            )
             v = verifies[-1]
             rates = [m["rows_per_s"] for m in verifies]
             floor = statistics.median(m["rows_per_s"] for m in floors)

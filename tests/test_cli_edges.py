@@ -740,7 +740,9 @@ def _command_line(data: st.DataObject, command: click.Command, real_files: list[
     return args
 
 
-FUZZED = [p for p in _command_paths(cli) if p not in {("demo",)}]
+# Left out: demo (slow by design), and the two that run until stopped: `tail --follow` and
+# the MCP server (both are tested with bounds and real processes in tests/test_live*.py).
+FUZZED = [p for p in _command_paths(cli) if p not in {("demo",), ("tail",), ("mcp",)}]
 
 
 @pytest.mark.slow

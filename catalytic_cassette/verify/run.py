@@ -60,7 +60,7 @@ def verify_connection(
     checks = _SqlChecks(options, now_ms, schema_intact)
     worker = None
     if side is not None:
-        worker = threading.Thread(target=checks.check_rows, args=(side,), name="cassette-verify")
+        worker = threading.Thread(target=checks.check_file, args=(side,), name="cassette-verify")
         worker.start()
     try:
         recorded = recorded_seals(conn) if schema_intact else []
@@ -69,13 +69,12 @@ def verify_connection(
         walk = TreeWalk(conn, out, wanted, stored_nodes=schema_intact)
         report.journal_rows = check_chain(conn, out, options.progress, walk)
         walk.finish()
-        if side is not None:
-            checks.check_pages(conn)  # the row checks take longer than the walk
+        if side is None:
+            checks.check_file(conn)
+        checks.check_rows(conn)  # inside SQLite: the other thread runs meanwhile
     finally:
         if worker is not None:
             worker.join()
-    if side is None:
-        checks.run(conn)
     out.merge_before(checks.pages)
     checks.raise_errors()
     check_recorded_seals(
@@ -120,10 +119,12 @@ def _quick(
 
 
 class _SqlChecks:
-    """Pages and indexes, then rows (state, consistency, time): what SQLite evaluates.
+    """What SQLite evaluates: the file (pages and indexes, then time along the journal) on
+    one connection, the rows (state, consistency, checkpoint ids) on another; measured,
+    the two halves take about as long.
 
-    Row findings count only when every page and index is intact: an index that differs
-    from its table would make their answers meaningless.
+    Row and time findings count only when every page and index is intact: an index that
+    differs from its table would make their answers meaningless.
     """
 
     def __init__(self, options: VerifyOptions, now_ms: int, schema_intact: bool) -> None:
@@ -133,18 +134,19 @@ class _SqlChecks:
         self.pages_intact = False
         self.pages = Collector()
         self.rows = Collector()
+        self.time = Collector()
         self.errors: dict[str, BaseException] = {}
 
-    def run(self, conn: sqlite3.Connection) -> None:
-        self.check_pages(conn)
-        if self.pages_intact:
-            self.check_rows(conn)
-
-    def check_pages(self, conn: sqlite3.Connection) -> None:
+    def check_file(self, conn: sqlite3.Connection) -> None:
+        options = self.options
         try:
             self.pages_intact = _integrity_check(conn, self.pages)
+            if self.schema_intact:
+                check_time(
+                    conn, self.time, self.now_ms, options.clock_skew_ms, options.max_time_jump_ms
+                )
         except BaseException as exc:  # re-raised in the caller's thread
-            self.errors["pages"] = exc
+            self.errors["file"] = exc
 
     def check_rows(self, conn: sqlite3.Connection) -> None:
         if not self.schema_intact:
@@ -154,19 +156,17 @@ class _SqlChecks:
             check_state(conn, self.rows, options.run_id)
             check_consistency(conn, self.rows, options.run_id, self.now_ms)
             check_checkpoint_ids(conn, self.rows)
-            check_time(
-                conn, self.rows, self.now_ms, options.clock_skew_ms, options.max_time_jump_ms
-            )
         except BaseException as exc:
             self.errors["rows"] = exc
 
     def raise_errors(self) -> None:
-        if "pages" in self.errors:
-            raise self.errors["pages"]
+        if "file" in self.errors:
+            raise self.errors["file"]
         if not self.pages_intact:
-            self.rows = Collector()
+            self.rows, self.time = Collector(), Collector()
         elif "rows" in self.errors:
             raise self.errors["rows"]
+        self.rows.merge(self.time)
 
 
 def _integrity_check(conn: sqlite3.Connection, out: Collector) -> bool:

@@ -29,7 +29,11 @@ def _rowid_of_body() -> str:
 
 
 def replay(conn: sqlite3.Connection) -> None:
-    """Fill the private history table from one pass over the journal."""
+    """Fill the private history table from one pass over the journal, in seq order.
+
+    Each entry is applied as it comes (an upsert keyed by table and rowid), so the last
+    entry of a row is its state; no sort is needed, as ids grow with the journal.
+    """
     conn.execute(f"DROP TABLE IF EXISTS {HISTORY}")
     conn.execute(
         f"CREATE TABLE {HISTORY} (tbl ANY, rid ANY, k ANY, seq INTEGER, n INTEGER,"
@@ -37,13 +41,16 @@ def replay(conn: sqlite3.Connection) -> None:
         " PRIMARY KEY (tbl, rid)) WITHOUT ROWID"
     )
     conn.execute(
-        f"INSERT INTO {HISTORY}"
-        " SELECT tbl, rid, k, max(seq), count(*), sum(op IS 'INSERT'), min(seq),"
-        "        min(CASE WHEN op IS 'INSERT' THEN seq END)"
+        f"INSERT INTO {HISTORY} (tbl, rid, k, seq, n, inserts, first_seq, first_insert)"
+        " SELECT coalesce(tbl, ''), coalesce(rid, ''), k, seq, 1, op IS 'INSERT', seq,"
+        "        CASE WHEN op IS 'INSERT' THEN seq END"
         " FROM (SELECT seq, json_extract(body, '$.table') AS tbl, json_extract(body, '$.op') AS op,"
         f"             json_extract(body, '$.key') AS k, {_rowid_of_body()} AS rid"
-        "       FROM main.cassette_journal NOT INDEXED WHERE json_valid(body))"
-        " GROUP BY tbl, rid"
+        "       FROM main.cassette_journal NOT INDEXED WHERE json_valid(body) ORDER BY seq)"
+        " WHERE 1"  # (an upsert after a SELECT needs a WHERE to parse)
+        " ON CONFLICT (tbl, rid) DO UPDATE SET k = excluded.k, seq = excluded.seq, n = n + 1,"
+        " inserts = inserts + excluded.inserts,"
+        " first_insert = coalesce(first_insert, excluded.first_insert)"
     )
 
 

@@ -15,8 +15,10 @@ import sqlite3
 from .findings import Collector, Finding, FindingKind, Severity
 from .options import LEASE_CAP_MS
 
-_TIMELINE = """
-WITH e AS (
+# Every dated entry (an INSERT: its created_at or timestamp) and every claim (an UPDATE to
+# LEASED: its lease expiry), in seq order. Read once, judged while streaming.
+_ENTRIES = """
+SELECT seq, tbl, k, t, lease FROM (
     SELECT seq, json_extract(body, '$.table') AS tbl, json_extract(body, '$.key') AS k,
            CASE WHEN json_extract(body, '$.op') IS 'INSERT'
                 THEN coalesce(json_extract(body, '$.row.created_at'),
@@ -24,32 +26,29 @@ WITH e AS (
            CASE WHEN json_extract(body, '$.op') IS 'UPDATE'
                  AND json_extract(body, '$.row.status') IS 'LEASED'
                 THEN json_extract(body, '$.row.lease_expires_at') END AS lease
-    FROM main.cassette_journal NOT INDEXED WHERE json_valid(body)
-), w AS (
-    SELECT seq, tbl, k, t, lease,
-           max(t) OVER (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before,
-           min(t) OVER (ORDER BY seq DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-               AS after
-    FROM e
-)
-SELECT seq, tbl, k, t, lease, before, after FROM w
-WHERE (t IS NOT NULL AND (typeof(t) IS NOT 'integer' OR t < before OR t > :future
-                          OR t - before > :jump))
-   OR (lease IS NOT NULL AND (typeof(lease) IS NOT 'integer' OR lease <= before
-                              OR lease > coalesce(after, :now) + :cap))
-ORDER BY seq
+    FROM main.cassette_journal NOT INDEXED WHERE json_valid(body) ORDER BY seq)
+WHERE t IS NOT NULL OR lease IS NOT NULL
 """
 
 
 def check_time(
     conn: sqlite3.Connection, out: Collector, now_ms: int, skew_ms: int, jump_ms: int
 ) -> None:
-    params = {"future": now_ms + skew_ms, "jump": jump_ms, "now": now_ms, "cap": LEASE_CAP_MS}
-    for seq, table, key, t, lease, before, after in conn.execute(_TIMELINE, params):
-        if t is not None:
-            _judge_date(out, seq, table, key, t, before, now_ms, skew_ms, jump_ms)
+    latest: int | None = None  # the ledger's time so far: the latest date before this entry
+    waiting: list[tuple[int, str, object, object, int | None]] = []  # claims since that date
+    for seq, table, key, t, lease in conn.execute(_ENTRIES):
         if lease is not None:
-            _judge_lease(out, seq, table, key, lease, before, after, now_ms)
+            waiting.append((seq, table, key, lease, latest))
+        if t is None:
+            continue
+        for claim in waiting:  # the first date after a claim bounds when it happened
+            _judge_lease(out, *claim, t if isinstance(t, int) else None, now_ms)
+        waiting.clear()
+        _judge_date(out, seq, table, key, t, latest, now_ms, skew_ms, jump_ms)
+        if isinstance(t, int) and (latest is None or t > latest):
+            latest = t
+    for claim in waiting:
+        _judge_lease(out, *claim, None, now_ms)
 
 
 def _judge_date(
