@@ -312,6 +312,17 @@ def status(ctx: click.Context, run_id: str) -> None:
 @click.option(
     "--session", default=None, help="Verify only this session's actions (see LAW.md 10a)."
 )
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Only the header, the schema and the hash chain (LAW.md, verify levels).",
+)
+@click.option(
+    "--max-time-jump",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Report dated entries further apart than this many ms (default: one day).",
+)
 @click.pass_context
 def verify(
     ctx: click.Context,
@@ -323,6 +334,8 @@ def verify(
     action_key: str | None,
     worker_keys: str | None,
     session: str | None,
+    quick: bool,
+    max_time_jump: int | None,
 ) -> None:
     """Check the whole ledger. Exit 0 intact, 1 tampered or inconsistent, 3 cannot verify.
 
@@ -331,7 +344,7 @@ def verify(
     the ledger is also checked against every seal (--public-key and --origin pin who
     signed them and which ledger they name; neither is ever taken from the ledger).
     """
-    from ..verify import verify_path
+    from ..verify import Level, verify_path
 
     settings = ctx.find_object(Settings)
     assert settings is not None
@@ -381,6 +394,8 @@ def verify(
             seal_key=seal_key,
             origin=origin,
             worker_keys=pinned,
+            level=Level.QUICK if quick else Level.FULL,
+            **({} if max_time_jump is None else {"max_time_jump_ms": max_time_jump}),
         )
     if as_json:
         emit(report.to_dict())
