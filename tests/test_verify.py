@@ -398,3 +398,25 @@ def _rehash(conn: sqlite3.Connection) -> None:
     """Recompute every leaf, link and tree node from the stored bodies."""
     bodies = conn.execute("SELECT body FROM cassette_journal ORDER BY seq").fetchall()
     write_journal(conn, [body for (body,) in bodies])
+
+
+def test_the_quick_level_hashed_in_two_processes_reports_what_one_does(
+    ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long journal is split between this process and a child at the quick level; the
+    findings (a forged body in each half, a gap in the second) are the same as when one
+    process walks it all."""
+    from catalytic_cassette.verify import Level, run
+
+    size = connect_readonly(ledger).execute("SELECT count(*) FROM cassette_journal").fetchone()[0]
+    with unguarded(ledger) as conn:
+        for seq in (2, size - 3):
+            conn.execute(f"UPDATE cassette_journal SET body = body || ' ' WHERE seq = {seq}")
+        conn.execute(f"DELETE FROM cassette_journal WHERE seq = {size - 2}")
+    whole = verify_path(str(ledger), level=Level.QUICK)
+    monkeypatch.setattr(run, "PARALLEL_FROM_ROWS", 4)
+    parted = verify_path(str(ledger), level=Level.QUICK)
+    assert _kinds(parted) == _kinds(whole)
+    assert parted.journal_rows == whole.journal_rows == size
+    seen = {(f.kind, f.seq) for f in parted.findings}
+    assert {("leaf_hash", 2), ("leaf_hash", size - 3), ("journal_gap", size - 1)} <= seen

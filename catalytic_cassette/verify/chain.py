@@ -20,30 +20,52 @@ _MAX_SEQ = 2**64 - 1
 
 
 def check_chain(
-    conn: sqlite3.Connection, out: Collector, progress: Progress | None, walk: TreeWalk | None
+    conn: sqlite3.Connection,
+    out: Collector,
+    progress: Progress | None,
+    walk: TreeWalk | None,
+    *,
+    start: int = 0,
+    stop: int | None = None,
 ) -> int:
     """Stream the journal in seq order; each entry is checked against its predecessor only.
 
-    Returns the number of entries read."""
+    With ``start``/``stop``, only the entries ``start <= seq < stop`` (the first checked
+    against the stored link before it), so that parts can be checked in parallel; the
+    whole journal otherwise. Returns the seq expected after the last entry read."""
     conn.text_factory = bytes  # hash the stored bytes; a tampered body need not be UTF-8
     try:
-        return _walk_chain(conn, out, progress, walk)
+        return _walk_chain(conn, out, progress, walk, start, stop)
     finally:
         conn.text_factory = str
 
 
 def _walk_chain(
-    conn: sqlite3.Connection, out: Collector, progress: Progress | None, walk: TreeWalk | None
+    conn: sqlite3.Connection,
+    out: Collector,
+    progress: Progress | None,
+    walk: TreeWalk | None,
+    start: int,
+    stop: int | None,
 ) -> int:
     # The loop runs once per journal row: hashing is inlined (same formulas as
     # hashing.leaf_hash and hashing.chain_hash) and rows arrive in batches.
     sha256, pack = hashlib.sha256, SEQ_U64.pack
     add = walk.add if walk is not None else None
-    expected_seq = 0
+    expected_seq = start
     read = 0
     prev = ZERO_HASH
+    if start > 0:
+        before = conn.execute(
+            "SELECT chain_hash FROM cassette_journal NOT INDEXED WHERE seq = ?", (start - 1,)
+        ).fetchone()
+        prev = before[0] if before is not None and isinstance(before[0], bytes) else b""
+    where = "" if start == 0 else f" WHERE seq >= {int(start)}"
+    if stop is not None:
+        where += (" AND" if where else " WHERE") + f" seq < {int(stop)}"
     cursor = conn.execute(
-        "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal NOT INDEXED ORDER BY seq"
+        "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal NOT INDEXED"
+        f"{where} ORDER BY seq"
     )
     while rows := cursor.fetchmany(1024):
         for seq, body, leaf, chain in rows:
