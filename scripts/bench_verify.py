@@ -1,0 +1,101 @@
+"""Verify speed on an existing ledger: the quick and full levels against the fetch-and-hash
+floor (every journal row fetched and its leaf and link checked, nothing else), each in a
+fresh interpreter, interleaved (quick, full, floor, quick, ...), with the phases of one full
+run. Results and the command go to docs/BENCHMARKS.md.
+
+    python scripts/bench_verify.py LEDGER [--reps 3]
+
+Build a ledger with scripts/bench_chain.py (--keep DIR keeps ledger-N.db), or use any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_chain import CHILD_FLOOR, CHILD_VERIFY, measure_in_child, median_range
+
+
+def phases(path: str) -> list[tuple[str, float]]:
+    """Each check of a full verify alone, one after another, on one connection."""
+    from catalytic_cassette.clock import SystemClock
+    from catalytic_cassette.connection import connect_readonly
+    from catalytic_cassette.verify import chain, consistency, findings, run, state, timeline
+
+    conn = connect_readonly(path)
+    conn.execute("BEGIN")
+    out = findings.Collector()
+    now = SystemClock().now_ms()
+    steps = [
+        (
+            "chain and tree (Python hashing)",
+            lambda: chain.check_chain(
+                conn, out, None, chain.TreeWalk(conn, out, set(), stored_nodes=True)
+            ),
+        ),
+        ("pages and indexes (integrity_check)", lambda: run._integrity_check(conn, out)),
+        ("state: replay and compare", lambda: state.check_state(conn, out, None)),
+        (
+            "consistency and checkpoint ids",
+            lambda: (
+                consistency.check_consistency(conn, out, None, now),
+                consistency.check_checkpoint_ids(conn, out),
+            ),
+        ),
+        ("time", lambda: timeline.check_time(conn, out, now, 300_000, 86_400_000)),
+    ]
+    timed = []
+    for label, step in steps:
+        start = time.perf_counter()
+        step()
+        timed.append((label, time.perf_counter() - start))
+    conn.close()
+    assert not out.report.errors, out.report.findings[:3]
+    return timed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("ledger")
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    path = str(Path(args.ledger).resolve())
+    root = str(Path(__file__).resolve().parents[1])
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rows = conn.execute("SELECT count(*) FROM cassette_journal").fetchone()[0]
+    conn.close()
+    print(
+        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
+        f"{os.cpu_count()} CPUs, {platform.machine()}"
+    )
+    print(f"ledger {path}: {rows:,} journal rows, {os.path.getsize(path) / 2**20:,.0f} MiB")
+    quick, full, floor = [], [], []
+    for _ in range(args.reps):
+        quick.append(measure_in_child(CHILD_VERIFY.format(root=root, path=path, level="quick")))
+        full.append(measure_in_child(CHILD_VERIFY.format(root=root, path=path, level="full")))
+        floor.append(measure_in_child(CHILD_FLOOR.format(path=path)))
+    floor_rate = statistics.median(m["rows_per_s"] for m in floor)
+    for label, runs in (("quick", quick), ("full", full)):
+        rates = [m["rows_per_s"] for m in runs]
+        peak = max(m["rss_peak_kib"] for m in runs) / 1024
+        print(
+            f"verify {label}: {median_range(rates)}; ratio to floor "
+            f"{statistics.median(rates) / floor_rate:.2f}; peak RSS {peak:.0f} MiB"
+        )
+    print(f"floor (fetch, leaf, link): {median_range([m['rows_per_s'] for m in floor])}")
+    print("phases of a full verify, each alone:")
+    for label, seconds in phases(path):
+        print(f"  {label}: {seconds:.2f} s ({seconds / rows * 1e6:.1f} us per journal row)")
+
+
+if __name__ == "__main__":
+    main()
