@@ -463,8 +463,16 @@ class CausalChain(LedgerFile):
         self, conn: sqlite3.Connection, plan_id: str, text: str, checkpoint_id: str
     ) -> None:
         exists = conn.execute(
-            "SELECT 1 FROM cassette_checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
+            "SELECT context_json FROM cassette_checkpoints WHERE checkpoint_id = ?",
+            (checkpoint_id,),
         ).fetchone()
+        if exists is not None and exists[0] != text:
+            # Someone stored other content under this id (a forged hash function): refuse
+            # rather than report success for a checkpoint that would not load.
+            raise CassetteError(
+                ErrorCode.CHECKPOINT_MISMATCH,
+                f"{checkpoint_id} holds another context than its id names (verify: checkpoint_id)",
+            )
         if exists is None:
             conn.execute(
                 "INSERT INTO cassette_checkpoints (checkpoint_id, plan_id, context_json,"

@@ -56,70 +56,175 @@ WHEN NEW.seal_id > 1
  AND NOT EXISTS (SELECT 1 FROM cassette_seals NOT INDEXED WHERE seal_id = NEW.seal_id - 1)
 BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: seal_id must follow the last one'); END;
 
--- ------------------------------------------------------------ readable numbers
--- SQLite accepts {"a": 1e400} (an infinite double) and integers beyond 64 bits as JSON;
--- the API cannot read them back. Only text that could hold such a number (a digit
--- followed by an exponent, or 19 digits in a row) pays for the walk of the document.
+-- ------------------------------------------------------------ readable JSON
+-- SQLite accepts as JSON what the API cannot read back: {"a": 1e400} (an infinite double),
+-- integers beyond 64 bits, nesting deeper than 1024 (SQLite allows 2000), and lone
+-- surrogate escapes such as "\ud800" (SQLite stores them as the bytes ED A0..BF, which
+-- no valid UTF-8 holds, and GLOB reads them back as the code points U+D800..U+DFFF). A step whose payload the API cannot read would refuse every
+-- claim of its run. Only text that could hold one of these (a digit followed by an
+-- exponent, 19 digits in a row, more than 2048 characters, or "\ud") pays for the walk.
+-- Nesting: wrapped in 976 more levels, a document deeper than 1024 exceeds SQLite's 2000.
 
-CREATE TRIGGER cassette_messages_numbers AFTER INSERT ON cassette_messages
-WHEN NEW.payload_json GLOB '*[0-9][eE]*'
-  OR NEW.payload_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+CREATE TRIGGER cassette_messages_readable AFTER INSERT ON cassette_messages
+WHEN NEW.payload_json GLOB '*[0-9][eE]*' OR NEW.payload_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+  OR length(NEW.payload_json) > 2048 OR instr(lower(NEW.payload_json), '\ud') > 0
 BEGIN
-    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: a number is outside what a 64-bit integer or a finite double holds')
-    WHERE json_valid(NEW.payload_json) AND EXISTS (
-        SELECT 1 FROM json_tree(NEW.payload_json)
-        WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
-           OR (type = 'integer' AND typeof(atom) IS NOT 'integer'));
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: JSON the API cannot read back: a number beyond a 64-bit integer or a finite double, nesting deeper than 1024, or a lone surrogate')
+    WHERE json_valid(NEW.payload_json) AND (
+        (length(NEW.payload_json) > 2048
+         AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || NEW.payload_json
+                            || replace(hex(zeroblob(975)), '00', ']') || ']'))
+        OR EXISTS (
+            SELECT 1 FROM json_tree(NEW.payload_json)
+            WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+               OR (type = 'integer' AND typeof(atom) IS NOT 'integer')
+               OR (instr(lower(NEW.payload_json), '\ud') > 0 AND (
+                   (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))
+                   OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))))));
 END;
 
-CREATE TRIGGER cassette_steps_numbers AFTER INSERT ON cassette_steps
-WHEN NEW.payload_json GLOB '*[0-9][eE]*'
-  OR NEW.payload_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+CREATE TRIGGER cassette_steps_readable AFTER INSERT ON cassette_steps
+WHEN NEW.payload_json GLOB '*[0-9][eE]*' OR NEW.payload_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+  OR length(NEW.payload_json) > 2048 OR instr(lower(NEW.payload_json), '\ud') > 0
 BEGIN
-    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: a number is outside what a 64-bit integer or a finite double holds')
-    WHERE json_valid(NEW.payload_json) AND EXISTS (
-        SELECT 1 FROM json_tree(NEW.payload_json)
-        WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
-           OR (type = 'integer' AND typeof(atom) IS NOT 'integer'));
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: JSON the API cannot read back: a number beyond a 64-bit integer or a finite double, nesting deeper than 1024, or a lone surrogate')
+    WHERE json_valid(NEW.payload_json) AND (
+        (length(NEW.payload_json) > 2048
+         AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || NEW.payload_json
+                            || replace(hex(zeroblob(975)), '00', ']') || ']'))
+        OR EXISTS (
+            SELECT 1 FROM json_tree(NEW.payload_json)
+            WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+               OR (type = 'integer' AND typeof(atom) IS NOT 'integer')
+               OR (instr(lower(NEW.payload_json), '\ud') > 0 AND (
+                   (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))
+                   OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))))));
 END;
 
-CREATE TRIGGER cassette_receipts_numbers AFTER INSERT ON cassette_receipts
-WHEN NEW.receipt_json GLOB '*[0-9][eE]*'
-  OR NEW.receipt_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+CREATE TRIGGER cassette_receipts_readable AFTER INSERT ON cassette_receipts
+WHEN NEW.receipt_json GLOB '*[0-9][eE]*' OR NEW.receipt_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+  OR length(NEW.receipt_json) > 2048 OR instr(lower(NEW.receipt_json), '\ud') > 0
 BEGIN
-    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: a number is outside what a 64-bit integer or a finite double holds')
-    WHERE json_valid(NEW.receipt_json) AND EXISTS (
-        SELECT 1 FROM json_tree(NEW.receipt_json)
-        WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
-           OR (type = 'integer' AND typeof(atom) IS NOT 'integer'));
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: JSON the API cannot read back: a number beyond a 64-bit integer or a finite double, nesting deeper than 1024, or a lone surrogate')
+    WHERE json_valid(NEW.receipt_json) AND (
+        (length(NEW.receipt_json) > 2048
+         AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || NEW.receipt_json
+                            || replace(hex(zeroblob(975)), '00', ']') || ']'))
+        OR EXISTS (
+            SELECT 1 FROM json_tree(NEW.receipt_json)
+            WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+               OR (type = 'integer' AND typeof(atom) IS NOT 'integer')
+               OR (instr(lower(NEW.receipt_json), '\ud') > 0 AND (
+                   (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))
+                   OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))))));
 END;
 
-CREATE TRIGGER cassette_checkpoints_numbers AFTER INSERT ON cassette_checkpoints
-WHEN NEW.context_json GLOB '*[0-9][eE]*'
-  OR NEW.context_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+CREATE TRIGGER cassette_checkpoints_readable AFTER INSERT ON cassette_checkpoints
+WHEN NEW.context_json GLOB '*[0-9][eE]*' OR NEW.context_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+  OR length(NEW.context_json) > 2048 OR instr(lower(NEW.context_json), '\ud') > 0
 BEGIN
-    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: a number is outside what a 64-bit integer or a finite double holds')
-    WHERE json_valid(NEW.context_json) AND EXISTS (
-        SELECT 1 FROM json_tree(NEW.context_json)
-        WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
-           OR (type = 'integer' AND typeof(atom) IS NOT 'integer'));
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: JSON the API cannot read back: a number beyond a 64-bit integer or a finite double, nesting deeper than 1024, or a lone surrogate')
+    WHERE json_valid(NEW.context_json) AND (
+        (length(NEW.context_json) > 2048
+         AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || NEW.context_json
+                            || replace(hex(zeroblob(975)), '00', ']') || ']'))
+        OR EXISTS (
+            SELECT 1 FROM json_tree(NEW.context_json)
+            WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+               OR (type = 'integer' AND typeof(atom) IS NOT 'integer')
+               OR (instr(lower(NEW.context_json), '\ud') > 0 AND (
+                   (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))
+                   OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))))));
 END;
 
--- An action has three JSON fields; one document of all three is walked at most once.
-CREATE TRIGGER cassette_actions_numbers AFTER INSERT ON cassette_actions
-WHEN coalesce(NEW.arguments_json, '') || ' ' || coalesce(NEW.result_json, '') || ' '
-     || coalesce(NEW.metadata_json, '') GLOB '*[0-9][eE]*'
-  OR coalesce(NEW.arguments_json, '') || ' ' || coalesce(NEW.result_json, '') || ' '
-     || coalesce(NEW.metadata_json, '') GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+CREATE TRIGGER cassette_actions_readable_arguments AFTER INSERT ON cassette_actions
+WHEN NEW.arguments_json GLOB '*[0-9][eE]*' OR NEW.arguments_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+  OR length(NEW.arguments_json) > 2048 OR instr(lower(NEW.arguments_json), '\ud') > 0
 BEGIN
-    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: a number is outside what a 64-bit integer or a finite double holds')
-    WHERE EXISTS (
-        SELECT 1 FROM json_tree(json_array(
-            CASE WHEN json_valid(NEW.arguments_json) THEN json(NEW.arguments_json) END,
-            CASE WHEN json_valid(NEW.result_json) THEN json(NEW.result_json) END,
-            CASE WHEN json_valid(NEW.metadata_json) THEN json(NEW.metadata_json) END))
-        WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
-           OR (type = 'integer' AND typeof(atom) IS NOT 'integer'));
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: JSON the API cannot read back: a number beyond a 64-bit integer or a finite double, nesting deeper than 1024, or a lone surrogate')
+    WHERE json_valid(NEW.arguments_json) AND (
+        (length(NEW.arguments_json) > 2048
+         AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || NEW.arguments_json
+                            || replace(hex(zeroblob(975)), '00', ']') || ']'))
+        OR EXISTS (
+            SELECT 1 FROM json_tree(NEW.arguments_json)
+            WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+               OR (type = 'integer' AND typeof(atom) IS NOT 'integer')
+               OR (instr(lower(NEW.arguments_json), '\ud') > 0 AND (
+                   (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))
+                   OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))))));
+END;
+
+CREATE TRIGGER cassette_actions_readable_result AFTER INSERT ON cassette_actions
+WHEN NEW.result_json GLOB '*[0-9][eE]*' OR NEW.result_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+  OR length(NEW.result_json) > 2048 OR instr(lower(NEW.result_json), '\ud') > 0
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: JSON the API cannot read back: a number beyond a 64-bit integer or a finite double, nesting deeper than 1024, or a lone surrogate')
+    WHERE json_valid(NEW.result_json) AND (
+        (length(NEW.result_json) > 2048
+         AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || NEW.result_json
+                            || replace(hex(zeroblob(975)), '00', ']') || ']'))
+        OR EXISTS (
+            SELECT 1 FROM json_tree(NEW.result_json)
+            WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+               OR (type = 'integer' AND typeof(atom) IS NOT 'integer')
+               OR (instr(lower(NEW.result_json), '\ud') > 0 AND (
+                   (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))
+                   OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))))));
+END;
+
+CREATE TRIGGER cassette_actions_readable_metadata AFTER INSERT ON cassette_actions
+WHEN NEW.metadata_json GLOB '*[0-9][eE]*' OR NEW.metadata_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+  OR length(NEW.metadata_json) > 2048 OR instr(lower(NEW.metadata_json), '\ud') > 0
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: JSON the API cannot read back: a number beyond a 64-bit integer or a finite double, nesting deeper than 1024, or a lone surrogate')
+    WHERE json_valid(NEW.metadata_json) AND (
+        (length(NEW.metadata_json) > 2048
+         AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || NEW.metadata_json
+                            || replace(hex(zeroblob(975)), '00', ']') || ']'))
+        OR EXISTS (
+            SELECT 1 FROM json_tree(NEW.metadata_json)
+            WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+               OR (type = 'integer' AND typeof(atom) IS NOT 'integer')
+               OR (instr(lower(NEW.metadata_json), '\ud') > 0 AND (
+                   (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))
+                   OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))))));
+END;
+
+CREATE TRIGGER cassette_actions_readable_arguments_artifact AFTER INSERT ON cassette_actions
+WHEN NEW.arguments_artifact GLOB '*[0-9][eE]*' OR NEW.arguments_artifact GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+  OR length(NEW.arguments_artifact) > 2048 OR instr(lower(NEW.arguments_artifact), '\ud') > 0
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: JSON the API cannot read back: a number beyond a 64-bit integer or a finite double, nesting deeper than 1024, or a lone surrogate')
+    WHERE json_valid(NEW.arguments_artifact) AND (
+        (length(NEW.arguments_artifact) > 2048
+         AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || NEW.arguments_artifact
+                            || replace(hex(zeroblob(975)), '00', ']') || ']'))
+        OR EXISTS (
+            SELECT 1 FROM json_tree(NEW.arguments_artifact)
+            WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+               OR (type = 'integer' AND typeof(atom) IS NOT 'integer')
+               OR (instr(lower(NEW.arguments_artifact), '\ud') > 0 AND (
+                   (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))
+                   OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))))));
+END;
+
+CREATE TRIGGER cassette_actions_readable_result_artifact AFTER INSERT ON cassette_actions
+WHEN NEW.result_artifact GLOB '*[0-9][eE]*' OR NEW.result_artifact GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+  OR length(NEW.result_artifact) > 2048 OR instr(lower(NEW.result_artifact), '\ud') > 0
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: JSON the API cannot read back: a number beyond a 64-bit integer or a finite double, nesting deeper than 1024, or a lone surrogate')
+    WHERE json_valid(NEW.result_artifact) AND (
+        (length(NEW.result_artifact) > 2048
+         AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || NEW.result_artifact
+                            || replace(hex(zeroblob(975)), '00', ']') || ']'))
+        OR EXISTS (
+            SELECT 1 FROM json_tree(NEW.result_artifact)
+            WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+               OR (type = 'integer' AND typeof(atom) IS NOT 'integer')
+               OR (instr(lower(NEW.result_artifact), '\ud') > 0 AND (
+                   (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))
+                   OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))))));
 END;
 
 -- ------------------------------------------------------------------ artifacts
@@ -212,52 +317,85 @@ SELECT max(
     coalesce((SELECT created_at FROM cassette_seals NOT INDEXED ORDER BY seal_id DESC LIMIT 1), 0));
 
 CREATE TRIGGER cassette_messages_time AFTER INSERT ON cassette_messages
-WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
-  OR NEW.created_at < (SELECT created_at FROM cassette_messages NOT INDEXED WHERE message_id = NEW.message_id - 1)
-BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999
+  OR NEW.created_at < (SELECT ms FROM cassette_ledger_time) OR NEW.created_at < (SELECT created_at FROM cassette_messages NOT INDEXED WHERE message_id = NEW.message_id - 1)
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_TIME: created_at is an integer of epoch ms before the year 10000')
+    WHERE typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999;
+    SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time');
+END;
 
 CREATE TRIGGER cassette_jobs_time AFTER INSERT ON cassette_jobs
-WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
-  OR NEW.created_at < (SELECT created_at FROM cassette_jobs NOT INDEXED WHERE job_id = NEW.job_id - 1)
-BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999
+  OR NEW.created_at < (SELECT ms FROM cassette_ledger_time) OR NEW.created_at < (SELECT created_at FROM cassette_jobs NOT INDEXED WHERE job_id = NEW.job_id - 1)
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_TIME: created_at is an integer of epoch ms before the year 10000')
+    WHERE typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999;
+    SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time');
+END;
 
 CREATE TRIGGER cassette_steps_time AFTER INSERT ON cassette_steps
-WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
-  OR NEW.created_at < (SELECT created_at FROM cassette_steps NOT INDEXED WHERE step_id = NEW.step_id - 1)
-BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999
+  OR NEW.created_at < (SELECT ms FROM cassette_ledger_time) OR NEW.created_at < (SELECT created_at FROM cassette_steps NOT INDEXED WHERE step_id = NEW.step_id - 1)
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_TIME: created_at is an integer of epoch ms before the year 10000')
+    WHERE typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999;
+    SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time');
+END;
 
 CREATE TRIGGER cassette_receipts_time AFTER INSERT ON cassette_receipts
-WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
-  OR NEW.created_at < (SELECT created_at FROM cassette_receipts NOT INDEXED WHERE receipt_id = NEW.receipt_id - 1)
-BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999
+  OR NEW.created_at < (SELECT ms FROM cassette_ledger_time) OR NEW.created_at < (SELECT created_at FROM cassette_receipts NOT INDEXED WHERE receipt_id = NEW.receipt_id - 1)
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_TIME: created_at is an integer of epoch ms before the year 10000')
+    WHERE typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999;
+    SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time');
+END;
 
 CREATE TRIGGER cassette_releases_time AFTER INSERT ON cassette_releases
-WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
-  OR NEW.created_at < (SELECT created_at FROM cassette_releases NOT INDEXED WHERE release_id = NEW.release_id - 1)
-BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999
+  OR NEW.created_at < (SELECT ms FROM cassette_ledger_time) OR NEW.created_at < (SELECT created_at FROM cassette_releases NOT INDEXED WHERE release_id = NEW.release_id - 1)
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_TIME: created_at is an integer of epoch ms before the year 10000')
+    WHERE typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999;
+    SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time');
+END;
 
 CREATE TRIGGER cassette_actions_time AFTER INSERT ON cassette_actions
-WHEN typeof(NEW.timestamp) IS NOT 'integer' OR NEW.timestamp < (SELECT ms FROM cassette_ledger_time)
-  OR NEW.timestamp < (SELECT timestamp FROM cassette_actions NOT INDEXED WHERE action_seq = NEW.action_seq - 1)
-BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: timestamp is an integer no earlier than the ledger''s latest time'); END;
+WHEN typeof(NEW.timestamp) IS NOT 'integer' OR NEW.timestamp > 253402300799999
+  OR NEW.timestamp < (SELECT ms FROM cassette_ledger_time) OR NEW.timestamp < (SELECT timestamp FROM cassette_actions NOT INDEXED WHERE action_seq = NEW.action_seq - 1)
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_TIME: timestamp is an integer of epoch ms before the year 10000')
+    WHERE typeof(NEW.timestamp) IS NOT 'integer' OR NEW.timestamp > 253402300799999;
+    SELECT RAISE(ABORT, 'TIME_BACKWARDS: timestamp is an integer no earlier than the ledger''s latest time');
+END;
 
 CREATE TRIGGER cassette_checkpoints_time AFTER INSERT ON cassette_checkpoints
-WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
-  OR NEW.created_at < (SELECT created_at FROM cassette_checkpoints NOT INDEXED WHERE checkpoint_seq = NEW.checkpoint_seq - 1)
-BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999
+  OR NEW.created_at < (SELECT ms FROM cassette_ledger_time) OR NEW.created_at < (SELECT created_at FROM cassette_checkpoints NOT INDEXED WHERE checkpoint_seq = NEW.checkpoint_seq - 1)
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_TIME: created_at is an integer of epoch ms before the year 10000')
+    WHERE typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999;
+    SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time');
+END;
 
 CREATE TRIGGER cassette_seals_time AFTER INSERT ON cassette_seals
-WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
-  OR NEW.created_at < (SELECT created_at FROM cassette_seals NOT INDEXED WHERE seal_id = NEW.seal_id - 1)
-BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999
+  OR NEW.created_at < (SELECT ms FROM cassette_ledger_time) OR NEW.created_at < (SELECT created_at FROM cassette_seals NOT INDEXED WHERE seal_id = NEW.seal_id - 1)
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_TIME: created_at is an integer of epoch ms before the year 10000')
+    WHERE typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999;
+    SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time');
+END;
 
 -- A lease cannot be born expired in ledger time (the package's clock guard also holds
 -- it against the writer's clock, and caps it at 30 days).
 CREATE TRIGGER cassette_steps_lease_time AFTER UPDATE ON cassette_steps
 WHEN OLD.status = 'PENDING' AND NEW.status IS 'LEASED'
  AND typeof(NEW.lease_expires_at) = 'integer'
- AND NEW.lease_expires_at <= (SELECT ms FROM cassette_ledger_time)
-BEGIN SELECT RAISE(ABORT, 'INVALID_TTL: a lease must expire after the ledger''s latest time'); END;
+ AND (NEW.lease_expires_at <= (SELECT ms FROM cassette_ledger_time)
+      OR NEW.lease_expires_at > 253402300799999 + 2592000000)
+BEGIN SELECT RAISE(ABORT, 'INVALID_TTL: a lease expires after the ledger''s latest time, within 30 days of a time before the year 10000'); END;
 
 -- ------------------------------------------------------- statistics-proof lookups
 -- Re-created with INDEXED BY: whatever sqlite_stat1 says, the journaled check is one

@@ -161,10 +161,13 @@ BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette conne
 -- Attestations are dated like every ledger row (0005, "ledger time"): never before the
 -- ledger's latest time, and part of it.
 CREATE TRIGGER cassette_attestations_time AFTER INSERT ON cassette_attestations
-WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at < (SELECT ms FROM cassette_ledger_time)
-  OR NEW.created_at < (SELECT created_at FROM cassette_attestations NOT INDEXED
-                       WHERE attestation_id = NEW.attestation_id - 1)
-BEGIN SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time'); END;
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999
+  OR NEW.created_at < (SELECT ms FROM cassette_ledger_time) OR NEW.created_at < (SELECT created_at FROM cassette_attestations NOT INDEXED WHERE attestation_id = NEW.attestation_id - 1)
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_TIME: created_at is an integer of epoch ms before the year 10000')
+    WHERE typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999;
+    SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time');
+END;
 
 DROP VIEW cassette_ledger_time;
 CREATE VIEW cassette_ledger_time (ms) AS

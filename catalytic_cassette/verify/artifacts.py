@@ -29,11 +29,14 @@ def check_artifacts(conn: sqlite3.Connection, out: Collector, artifact_root: Pat
             for ref_json in refs:
                 if ref_json is None:
                     continue
-                ref = loads(ref_json)
+                try:
+                    ref = loads(ref_json)
+                except ValueError:  # stored by a client the API could not have been
+                    ref = None
                 problem = (
                     "artifact_missing"
-                    if dir_fd is None
-                    else check_file(dir_fd, ref if isinstance(ref, dict) else {}, artifact_root)
+                    if dir_fd is None or not isinstance(ref, dict)
+                    else check_file(dir_fd, ref, artifact_root)
                 )
                 if problem is not None:
                     named = ref.get("sha256") if isinstance(ref, dict) else ref

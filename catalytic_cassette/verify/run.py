@@ -293,13 +293,19 @@ def verify_path(
         unreadable = cannot_read(exc) if isinstance(exc, sqlite3.Error) else None
         if unreadable is not None:  # locked, not permitted, I/O: cannot verify, not corrupt
             raise unreadable from exc
-        report = VerifyReport(notes=[UNANCHORED_NOTE])
-        report.findings.append(
-            Finding(FindingKind.CORRUPT, f"the file cannot be read as a ledger: {exc}")
-        )
-        return report
+        return _unreadable(f"the file cannot be read as a ledger: {exc}")
+    except (ValueError, TypeError, RecursionError) as exc:
+        # A value of a type or shape the schema forbids, stored by someone who bypassed it
+        # (writable_schema, a table without STRICT): a finding, never a traceback.
+        return _unreadable(f"a stored value breaks the schema's types or shapes: {exc!r}")
     finally:
         conn.close()
+
+
+def _unreadable(detail: str) -> VerifyReport:
+    report = VerifyReport(notes=[UNANCHORED_NOTE])
+    report.findings.append(Finding(FindingKind.CORRUPT, detail))
+    return report
 
 
 _SNAPSHOT_RETRIES = 2

@@ -13,8 +13,13 @@ from .. import sqlfiles
 from ..migrate import APPLICATION_ID, FORMAT, current_version, migration_digest, reference_objects
 from .findings import Collector, Finding, FindingKind, Severity
 
-# Tables SQLite itself writes when someone runs ANALYZE: never part of a ledger.
-STATISTICS_TABLES = ("sqlite_stat1", "sqlite_stat2", "sqlite_stat3", "sqlite_stat4")
+# The tables SQLite itself creates when someone runs ANALYZE, exactly as it creates them
+# (stat4 only in builds with SQLITE_ENABLE_STAT4): never part of a ledger. Anything else
+# under such a name is an extra table like any other.
+STATISTICS_TABLES = {
+    "sqlite_stat1": "CREATE TABLE sqlite_stat1(tbl,idx,stat)",
+    "sqlite_stat4": "CREATE TABLE sqlite_stat4(tbl,idx,neq,nlt,ndlt,sample)",
+}
 
 SchemaRow = tuple[str, str, str, str | None]
 
@@ -79,6 +84,7 @@ def check_schema(conn: sqlite3.Connection, out: Collector) -> bool:
                 table="cassette_meta",
             )
         )
+    _check_ledger_id(conn, out, dict((str(k), str(v)) for k, v in meta))
     expected = expected_objects(min(version, latest) or latest)
     actual = {
         (str(kind), str(name)): (
@@ -105,7 +111,7 @@ def check_schema(conn: sqlite3.Connection, out: Collector) -> bool:
     for key, row in actual.items():
         if key in expected:
             continue
-        if row[0] == "table" and row[1] in STATISTICS_TABLES:
+        if row[0] == "table" and STATISTICS_TABLES.get(row[1]) == row[3] and row[2] == row[1]:
             out.add(
                 Finding(
                     FindingKind.PLANNER_STATISTICS,
@@ -124,6 +130,26 @@ def check_schema(conn: sqlite3.Connection, out: Collector) -> bool:
             )
         )
     return ok
+
+
+def _check_ledger_id(conn: sqlite3.Connection, out: Collector, meta: dict[str, str]) -> None:
+    """cassette_meta is not journaled, but seals under the default origin name the ledger
+    id in journaled rows: a rewritten ledger_id no longer matches them."""
+    from ..seals import ORIGIN_PREFIX
+
+    names = conn.execute(
+        "SELECT DISTINCT origin FROM cassette_seals NOT INDEXED WHERE substr(origin, 1, ?) = ?",
+        (len(ORIGIN_PREFIX), ORIGIN_PREFIX),
+    ).fetchall()
+    expected = ORIGIN_PREFIX + meta.get("ledger_id", "")
+    if any(str(name) != expected for (name,) in names):
+        out.add(
+            Finding(
+                FindingKind.SCHEMA_CHANGED,
+                "cassette_meta's ledger_id is not the one the ledger's seals name",
+                table="cassette_meta",
+            )
+        )
 
 
 def _meta_is_a_cassettes(meta: list[tuple[str, str]]) -> bool:
