@@ -373,8 +373,12 @@ class CausalChain(LedgerFile):
         return found[0] if found else None
 
     def get_children(self, action_id: str) -> list[Action]:
+        return list(self.iter_children(action_id))
+
+    def iter_children(self, action_id: str) -> Iterator[Action]:
+        """Like ``get_children``, one action at a time, in constant memory."""
         self._require(action_id)
-        return self._select("parent_action_id = ?", (action_id,))
+        return self._stream("parent_action_id = ?", (action_id,))
 
     def get_parent(self, action_id: str) -> Action | None:
         action = self.get_action(action_id)

@@ -125,9 +125,9 @@ def actions(
 @click.argument("action_id")
 @output_options
 @click.pass_context
-def children(ctx: click.Context, action_id: str) -> list[Action]:
-    """List the actions whose execution parent is ACTION_ID."""
-    return open_chain(ctx, read_only=True).get_children(action_id)
+def children(ctx: click.Context, action_id: str) -> Iterator[Action]:
+    """List the actions whose execution parent is ACTION_ID, streamed as they are read."""
+    return open_chain(ctx, read_only=True).iter_children(action_id)
 
 
 @click.command()
