@@ -20,6 +20,13 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 DURABILITY_ENV = "CASSETTE_DURABILITY"
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
+# A writer copies the WAL back into the file once the WAL holds this many pages (SQLite's
+# default is 1,000). Each copy writes every page changed since the last one once, however
+# often it changed, and a ledger commit rewrites the same few B-tree tails and index pages,
+# so fewer, larger checkpoints write less (docs/BENCHMARKS.md, "Issue 12"). Under
+# durability normal it widens what a power loss may take (the commits since the last
+# checkpoint); the WAL grows to about 16 MiB at 4 KiB pages (LAW.md, section 9).
+WAL_AUTOCHECKPOINT_PAGES = 4_000
 _NO_CAP = 2**63 - 1  # only the header of a ledger is read here
 # SQLite result codes (and their extended forms) that say the file cannot be read now
 # (locked, not permitted, an I/O failure), not that its pages or format are damaged.
@@ -161,6 +168,7 @@ def connect(
         # After migrating, so that a failed migration leaves even the header unchanged.
         if path != ":memory:":
             _use_wal(conn, busy_timeout_ms)
+            conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}").fetchall()
         for statement in sqlfiles.connection_statements():
             conn.execute(statement)
     except CassetteError:

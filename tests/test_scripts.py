@@ -77,3 +77,42 @@ def test_bench_cli_output_quick_run_reports_every_workload() -> None:
     ).stdout
     for expected in ("actions --nl | head -1: median", "actions -t | head -1", "peak RSS"):
         assert expected in out, out
+
+
+@pytest.mark.slow
+def test_bench_levers_quick_run_reports_every_variant_and_statement() -> None:
+    script = str(ROOT / "scripts" / "bench_levers.py")
+    variants = "base,ckpt:1000,drop:cassette_journal_grow_tree,droptemp:cassette_steps_clock_guard"
+    out = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "--ops",
+            "20",
+            "--warm",
+            "5",
+            "--reps",
+            "1",
+            "--variants",
+            variants,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    for workload in ("cycle", "single", "batch"):
+        for variant in variants.split(","):
+            assert any(
+                line.split()[1:3] == [workload, variant] and "us/op" in line
+                for line in out.splitlines()
+            ), out
+    out = subprocess.run(
+        [sys.executable, script, "--statements", "--ops", "20", "--warm", "5"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    assert "INSERT INTO cassette_receipts" in out and "UPDATE cassette_steps" in out, out
+    assert "us per cycle in all" in out, out

@@ -1,0 +1,208 @@
+"""What each piece of the write path costs, and what a connection setting buys (issue 12).
+
+Each variant is a scratch copy of the same small ledger with one change: a trigger or index
+dropped by a raw connection (an upper bound of what removing or deferring it could save,
+never something the package does), a page size, or a `wal_autocheckpoint` value. The
+variants run interleaved (A B C A B C ...) and each reports its median wall rate and the
+median CPU time of this process per operation (`time.process_time`, which other processes
+on the machine do not inflate as much as wall time).
+
+    python scripts/bench_levers.py --durability normal --variants base,ckpt:4000 --reps 5
+    python scripts/bench_levers.py --variants base,drop:cassette_journal_grow_tree
+    python scripts/bench_levers.py --statements          # CPU per SQL statement of a cycle
+
+Variants: `base`; `ckpt:N` (PRAGMA wal_autocheckpoint = N on the benchmark's connection);
+`page:N` (the copy rebuilt with N-byte pages); `drop:name|name...` (triggers or indexes of
+the file, dropped on the copy); `droptemp:name|name...` (TEMP triggers of the connection).
+Workloads: `cycle` (claim + complete, 1 worker), `single` (append_action, one per
+transaction), `batch` (append_actions, batches of 1,000). `--warm N` runs N operations
+before timing, so the WAL is past its first growth (a fresh file's WAL grows by appending,
+which costs more at durability full than reusing it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_chain
+
+from catalytic_cassette import MessageCassette
+from catalytic_cassette import connection as connection_module
+from catalytic_cassette.chain import CausalChain
+
+RUN = "bench"
+WORKER = "worker-1"
+PAYLOAD: dict[str, Any] = {
+    "task": "fetch-page",
+    "url": "https://example.org/articles/2024/05/sqlite-write-ahead-logging",
+    "retries": 3,
+    "note": "summarise the page in three sentences and keep every link",
+}
+RECEIPT: dict[str, Any] = {"ok": True, "result": "summary stored", "tokens": 412}
+
+
+def build_templates(folder: Path, durability: str, steps: int) -> None:
+    with MessageCassette(folder / "messages.db", durability=durability) as cassette:
+        for start in range(0, steps, 500):
+            count = min(500, steps - start)
+            cassette.post_messages([(PAYLOAD, RUN, "USER", None)] * count)
+    with CausalChain(folder / "actions.db", durability=durability) as chain:
+        chain.append_action(bench_chain.action())
+    for name in ("messages.db", "actions.db"):
+        conn = sqlite3.connect(folder / name)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        conn.close()
+
+
+def prepare(template: Path, target: Path, variant: str) -> Path:
+    shutil.copy(template, target)
+    kind, _, value = variant.partition(":")
+    conn = sqlite3.connect(target, isolation_level=None)
+    try:
+        if kind == "drop":
+            for name in value.split("|"):
+                kind_of = conn.execute(
+                    "SELECT type FROM sqlite_schema WHERE name = ?", (name,)
+                ).fetchone()
+                conn.execute(f"DROP {kind_of[0].upper()} {name}")
+        elif kind == "page":
+            conn.execute("PRAGMA journal_mode = DELETE").fetchall()
+            conn.execute(f"PRAGMA page_size = {int(value)}")
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA journal_mode = WAL").fetchall()
+    finally:
+        conn.close()
+    return target
+
+
+def configure(conn: sqlite3.Connection, variant: str) -> None:
+    kind, _, value = variant.partition(":")
+    if kind == "ckpt":
+        conn.execute(f"PRAGMA wal_autocheckpoint = {int(value)}").fetchall()
+    elif kind == "droptemp":
+        for name in value.split("|"):
+            conn.execute(f"DROP TRIGGER temp.{name}")
+
+
+def cycle(cassette: MessageCassette) -> None:
+    step = cassette.claim_step(RUN, WORKER, 600)
+    cassette.complete_step(RUN, step["step_id"], WORKER, step["fencing_token"], RECEIPT, "SUCCESS")
+
+
+def run_cycles(path: Path, variant: str, args: argparse.Namespace) -> tuple[float, float]:
+    with MessageCassette(path, durability=args.durability) as cassette:
+        configure(cassette.conn, variant)
+        for _ in range(args.warm):
+            cycle(cassette)
+        return timed(args.ops, lambda: cycle(cassette))
+
+
+def run_appends(
+    path: Path, variant: str, args: argparse.Namespace, batched: bool
+) -> tuple[float, float]:
+    with CausalChain(path, durability=args.durability) as chain:
+        configure(chain.conn, variant)
+        for _ in range(args.warm):
+            chain.append_action(bench_chain.action())
+        if batched:
+            batches = [[bench_chain.action() for _ in range(1000)] for _ in range(3)]
+            rate, cpu = timed(3, lambda: chain.append_actions(batches.pop()))
+            return rate * 1000, cpu / 1000
+        return timed(args.ops, lambda: chain.append_action(bench_chain.action()))
+
+
+def timed(count: int, operation: Callable[[], object]) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(count):
+        operation()
+    return count / (time.perf_counter() - wall), (time.process_time() - cpu) / count * 1e6
+
+
+def levers(args: argparse.Namespace, folder: Path) -> None:
+    build_templates(folder, args.durability, args.ops + args.warm)
+    results: dict[tuple[str, str], list[tuple[float, float]]] = collections.defaultdict(list)
+    for rep in range(args.reps):
+        for number, variant in enumerate(args.variants):
+            for workload in args.workloads:
+                template = folder / ("messages.db" if workload == "cycle" else "actions.db")
+                path = prepare(template, folder / f"{workload}-{number}-{rep}.db", variant)
+                if workload == "cycle":
+                    result = run_cycles(path, variant, args)
+                else:
+                    result = run_appends(path, variant, args, workload == "batch")
+                results[(workload, variant)].append(result)
+    for workload in args.workloads:
+        for variant in args.variants:
+            samples = results[(workload, variant)]
+            rates = [rate for rate, _ in samples]
+            print(
+                f"[{args.durability}] {workload:6s} {variant:40s}"
+                f" {statistics.median(rates):8,.0f}/s ({min(rates):,.0f}-{max(rates):,.0f})"
+                f"  cpu {statistics.median(cpu for _, cpu in samples):6.0f} us/op"
+            )
+
+
+def statements(args: argparse.Namespace, folder: Path) -> None:
+    """CPU per statement of a claim + complete cycle, as the package issues them."""
+    build_templates(folder, args.durability, args.ops + args.warm)
+    spent: dict[str, float] = collections.defaultdict(float)
+    calls: collections.Counter[str] = collections.Counter()
+    plain = connection_module.CassetteConnection.execute
+
+    def execute(self: Any, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        start = time.process_time()
+        try:
+            return plain(self, sql, parameters)
+        finally:
+            key = " ".join(sql.split())[:60]
+            spent[key] += time.process_time() - start
+            calls[key] += 1
+
+    with MessageCassette(folder / "messages.db", durability=args.durability) as cassette:
+        for _ in range(args.warm):
+            cycle(cassette)
+        setattr(connection_module.CassetteConnection, "execute", execute)  # noqa: B010
+        try:
+            _, total = timed(args.ops, lambda: cycle(cassette))
+        finally:
+            setattr(connection_module.CassetteConnection, "execute", plain)  # noqa: B010
+    for key, seconds in sorted(spent.items(), key=lambda item: -item[1]):
+        per_cycle = seconds / args.ops * 1e6
+        print(f"[{args.durability}] {per_cycle:7.1f} us x{calls[key] / args.ops:.0f}  {key}")
+    print(f"[{args.durability}] {total:7.1f} us per cycle in all (Python included)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--durability", choices=["normal", "full"], default="normal")
+    parser.add_argument("--variants", default="base", help="comma-separated, see above")
+    parser.add_argument("--workloads", default="cycle,single,batch")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--ops", type=int, default=1500, help="cycles or single appends per rep")
+    parser.add_argument("--warm", type=int, default=1500, help="untimed operations first")
+    parser.add_argument("--statements", action="store_true", help="CPU per SQL statement")
+    args = parser.parse_args()
+    args.variants = args.variants.split(",")
+    args.workloads = args.workloads.split(",")
+    with tempfile.TemporaryDirectory(prefix="levers-") as tmp:
+        if args.statements:
+            statements(args, Path(tmp))
+        else:
+            levers(args, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
