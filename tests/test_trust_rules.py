@@ -256,3 +256,62 @@ def test_forged_statistics_cannot_turn_a_write_into_a_scan(ledger: Path, tmp_pat
     raw.close()
     forged = _vm_steps(ledger)
     assert forged <= honest * 1.5 + 5, (honest, forged)
+
+
+def _cli_verify(path: Path, *args: str) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from catalytic_cassette.cli import cli
+
+    result = CliRunner().invoke(cli, ["--db", str(path), "verify", "--json", *args])
+    return result.exit_code, result.stdout
+
+
+@pytest.mark.parametrize("pragma", ["application_id = 0", "user_version = 9"])
+def test_a_changed_header_is_tampering_not_a_foreign_file(ledger: Path, pragma: str) -> None:
+    raw = sqlite3.connect(ledger)
+    raw.execute(f"PRAGMA {pragma}")
+    raw.commit()
+    raw.close()
+    status, out = _cli_verify(ledger)
+    assert status == 1 and '"kind": "header"' in out
+
+
+@pytest.mark.parametrize("name", ["sqlitex", "Cassette_Receipts_Guard"])
+def test_a_planted_trigger_is_reported_whatever_its_name(ledger: Path, name: str) -> None:
+    raw = sqlite3.connect(ledger)
+    raw.execute(
+        f'CREATE TRIGGER "{name}" AFTER INSERT ON cassette_receipts'
+        " BEGIN SELECT RAISE(ABORT, 'STALE_FENCING_TOKEN: forged'); END"
+    )
+    raw.commit()
+    raw.close()
+    status, out = _cli_verify(ledger)
+    assert status == 1 and '"kind": "schema_extra"' in out and name in out
+
+
+def test_a_forged_clock_is_bounded_and_reported(ledger: Path) -> None:
+    """A look-alike whose clock says "in 100 years" takes a 100-year lease (a claim records
+    no date, so SQL cannot tell); an honest writer 2 days ahead dates its rows there and
+    every later writer is carried along. Verify, on the verifier's clock, reports all of it."""
+    century = 100 * 365 * 86_400_000
+    conn = look_alike(ledger, now=T0 + century)
+    pending = conn.execute("SELECT step_id FROM cassette_steps WHERE status = 'PENDING'").fetchone()
+    expires = T0 + century + 60_000
+    conn.execute(
+        "UPDATE cassette_steps SET status = 'LEASED', lease_owner = 'm', fencing_token ="
+        f" fencing_token + 1, lease_expires_at = {expires} WHERE step_id = {pending[0]}"
+    )
+    conn.close()
+    ahead = ManualClock(T0 + 2 * 86_400_000)
+    with MessageCassette(ledger, clock=ahead) as cassette:
+        cassette.post_message({}, "r", "USER")
+    with MessageCassette(ledger, clock=ManualClock(T0)) as honest:  # behind: not blocked
+        honest.post_message({}, "r", "USER")
+    from catalytic_cassette.verify import verify_path
+
+    report = verify_path(str(ledger), now_ms=T0 + 60_000)
+    kinds = {(f.kind.value, f.severity.value) for f in report.findings}
+    assert ("lease_over_cap", "error") in kinds
+    assert ("time_in_future", "error") in kinds
+    assert ("time_jump", "warning") in kinds
