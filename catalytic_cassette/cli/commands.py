@@ -384,6 +384,8 @@ def verify(
         from ..worker_keys import load_pinned_keys
 
         pinned = load_pinned_keys(worker_keys)
+    # Without --max-time-jump, VerifyOptions keeps its own default (one day).
+    bound = {} if max_time_jump is None else {"max_time_jump_ms": max_time_jump}
     with _progress(settings.db) as progress:
         report = verify_path(
             settings.db,
@@ -395,7 +397,7 @@ def verify(
             origin=origin,
             worker_keys=pinned,
             level=Level.QUICK if quick else Level.FULL,
-            **({} if max_time_jump is None else {"max_time_jump_ms": max_time_jump}),
+            **bound,
         )
     if as_json:
         emit(report.to_dict())

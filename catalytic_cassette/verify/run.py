@@ -180,9 +180,7 @@ def _check_chain_in_parts(
     part = Collector()
     for found in answer["findings"]:
         part.add(Finding(**found))
-    for kind, count in answer["suppressed"].items():
-        part.per_kind[kind] += count
-        part.report.suppressed[kind] = count
+    part.report.suppressed.update(answer["suppressed"])  # merge counts them in
     out.merge(part)
     if options.progress is not None:
         options.progress(size - middle)
