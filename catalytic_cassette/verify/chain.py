@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from ..hashing import SEQ_U64, ZERO_HASH
@@ -27,15 +28,17 @@ def check_chain(
     *,
     start: int = 0,
     stop: int | None = None,
+    see: Callable[[int, bytes], None] | None = None,
 ) -> int:
     """Stream the journal in seq order; each entry is checked against its predecessor only.
 
     With ``start``/``stop``, only the entries ``start <= seq < stop`` (the first checked
     against the stored link before it), so that parts can be checked in parallel; the
-    whole journal otherwise. Returns the seq expected after the last entry read."""
+    whole journal otherwise. ``see`` is given every entry's seq and body as they pass.
+    Returns the seq expected after the last entry read."""
     conn.text_factory = bytes  # hash the stored bytes; a tampered body need not be UTF-8
     try:
-        return _walk_chain(conn, out, progress, walk, start, stop)
+        return _walk_chain(conn, out, progress, walk, start, stop, see)
     finally:
         conn.text_factory = str
 
@@ -47,6 +50,7 @@ def _walk_chain(
     walk: TreeWalk | None,
     start: int,
     stop: int | None,
+    see: Callable[[int, bytes], None] | None,
 ) -> int:
     # The loop runs once per journal row: hashing is inlined (same formulas as
     # hashing.leaf_hash and hashing.chain_hash) and rows arrive in batches.
@@ -83,6 +87,8 @@ def _walk_chain(
             recomputed = sha256(b"\x00" + body).digest()
             if add is not None:
                 add(seq, recomputed)
+            if see is not None:
+                see(seq, body)
             if leaf != recomputed:
                 table, key = body_identity(body)
                 out.add(

@@ -28,18 +28,28 @@ def _rowid_of_body() -> str:
     return f"CASE json_extract(body, '$.table') {cases} ELSE json_extract(body, '$.key') END"
 
 
-def replay(conn: sqlite3.Connection) -> None:
-    """Fill the private history table from one pass over the journal, in seq order.
-
-    Each entry is applied as it comes (an upsert keyed by table and rowid), so the last
-    entry of a row is its state; no sort is needed, as ids grow with the journal.
-    """
+def create_history(conn: sqlite3.Connection) -> None:
+    """The private history table, empty: one row per journaled row (its latest entry,
+    how many entries and inserts it has, its first entry and first insert)."""
     conn.execute(f"DROP TABLE IF EXISTS {HISTORY}")
     conn.execute(
         f"CREATE TABLE {HISTORY} (tbl ANY, rid ANY, k ANY, seq INTEGER, n INTEGER,"
         " inserts INTEGER, first_seq INTEGER, first_insert INTEGER,"
         " PRIMARY KEY (tbl, rid)) WITHOUT ROWID"
     )
+
+
+def drop_history(conn: sqlite3.Connection) -> None:
+    conn.execute(f"DROP TABLE IF EXISTS {HISTORY}")
+
+
+def replay(conn: sqlite3.Connection) -> None:
+    """Fill the private history table from one pass over the journal, in seq order.
+
+    Each entry is applied as it comes (an upsert keyed by table and rowid), so the last
+    entry of a row is its state; no sort is needed, as ids grow with the journal.
+    """
+    create_history(conn)
     conn.execute(
         f"INSERT INTO {HISTORY} (tbl, rid, k, seq, n, inserts, first_seq, first_insert)"
         " SELECT coalesce(tbl, ''), coalesce(rid, ''), k, seq, 1, op IS 'INSERT', seq,"
@@ -54,7 +64,7 @@ def replay(conn: sqlite3.Connection) -> None:
     )
 
 
-def _rendered(table: str, key: str, columns: Iterable[str], op: str) -> str:
+def rendered(table: str, key: str, columns: Iterable[str], op: str) -> str:
     row = "json_object(" + ", ".join(f"'{c}', t.{c}" for c in columns) + ")"
     return f"json_object('table', '{table}', 'op', '{op}', 'key', t.{key}, 'row', {row})"
 
@@ -69,7 +79,7 @@ def _differing_rows(table: str, run_filter: str) -> str:
     """
     spec = TABLES[table]
     ops = ("INSERT", "UPDATE") if table in MUTABLE_TABLES else ("INSERT",)
-    bodies = " OR ".join(f"l.body = {_rendered(table, spec.key, spec.columns, op)}" for op in ops)
+    bodies = " OR ".join(f"l.body = {rendered(table, spec.key, spec.columns, op)}" for op in ops)
     by_value = " AND ".join(f"json_extract(l.body, '$.row.{c}') IS t.{c}" for c in spec.columns)
     return (
         f"SELECT t.{spec.key}, h.seq FROM main.{table} AS t NOT INDEXED"
@@ -86,29 +96,7 @@ def check_state(conn: sqlite3.Connection, out: Collector, run_id: str | None) ->
         for table, spec in TABLES.items():
             if run_id is not None and "run_id" not in spec.columns:
                 continue  # a run-scoped verify covers the tables that belong to runs
-            run_filter = "" if run_id is None else " AND t.run_id = :run"
-            for key, seq in conn.execute(_differing_rows(table, run_filter), {"run": run_id}):
-                if seq is None:
-                    out.add(
-                        Finding(
-                            FindingKind.UNJOURNALED_ROW,
-                            "row has no journal entry",
-                            None,
-                            table,
-                            key,
-                        )
-                    )
-                else:
-                    out.add(
-                        Finding(
-                            FindingKind.STATE_MISMATCH,
-                            "row differs from its latest journal entry",
-                            seq,
-                            table,
-                            key,
-                        )
-                    )
-            _check_history(conn, out, table, run_id)
+            report_differences(conn, out, table, run_id)
         unknown = (
             f"SELECT seq, tbl FROM {HISTORY} WHERE tbl IS NULL OR tbl NOT IN ("
             + ", ".join(f"'{t}'" for t in TABLES)
@@ -124,7 +112,36 @@ def check_state(conn: sqlite3.Connection, out: Collector, run_id: str | None) ->
                 )
             )
     finally:
-        conn.execute(f"DROP TABLE IF EXISTS {HISTORY}")
+        drop_history(conn)
+
+
+def report_differences(
+    conn: sqlite3.Connection, out: Collector, table: str, run_id: str | None
+) -> None:
+    """One table against the history table, both ways."""
+    run_filter = "" if run_id is None else " AND t.run_id = :run"
+    for key, seq in conn.execute(_differing_rows(table, run_filter), {"run": run_id}):
+        if seq is None:
+            out.add(
+                Finding(
+                    FindingKind.UNJOURNALED_ROW,
+                    "row has no journal entry",
+                    None,
+                    table,
+                    key,
+                )
+            )
+        else:
+            out.add(
+                Finding(
+                    FindingKind.STATE_MISMATCH,
+                    "row differs from its latest journal entry",
+                    seq,
+                    table,
+                    key,
+                )
+            )
+    _check_history(conn, out, table, run_id)
 
 
 def _check_history(

@@ -34,21 +34,52 @@ WHERE t IS NOT NULL OR lease IS NOT NULL
 def check_time(
     conn: sqlite3.Connection, out: Collector, now_ms: int, skew_ms: int, jump_ms: int
 ) -> None:
-    latest: int | None = None  # the ledger's time so far: the latest date before this entry
-    waiting: list[tuple[int, str, object, object, int | None]] = []  # claims since that date
+    judge = TimeJudge(out, now_ms, skew_ms, jump_ms)
     for seq, table, key, t, lease in conn.execute(_ENTRIES):
         if lease is not None:
-            waiting.append((seq, table, key, lease, latest))
-        if t is None:
-            continue
-        for claim in waiting:  # the first date after a claim bounds when it happened
-            _judge_lease(out, *claim, t if isinstance(t, int) else None, now_ms)
-        waiting.clear()
-        _judge_date(out, seq, table, key, t, latest, now_ms, skew_ms, jump_ms)
+            judge.claimed(seq, table, key, lease)
+        if t is not None:
+            judge.dated(seq, table, key, t)
+    judge.finish()
+
+
+class TimeJudge:
+    """Judges the dated entries and claims of a journal fed in seq order, as they come."""
+
+    def __init__(self, out: Collector, now_ms: int, skew_ms: int, jump_ms: int) -> None:
+        self.out = out
+        self.now_ms = now_ms
+        self.skew_ms = skew_ms
+        self.jump_ms = jump_ms
+        self.latest: int | None = None  # the ledger's time so far: the latest date seen
+        self.waiting: list[tuple[int, str, object, object, int | None]] = []  # claims since
+
+    def claimed(self, seq: int, table: str, key: object, lease: object) -> None:
+        self.waiting.append((seq, table, key, lease, self.latest))
+
+    def dated(self, seq: int, table: str, key: object, t: object) -> None:
+        latest = self.latest
+        if self.waiting:
+            after = t if isinstance(t, int) else None  # the first date after a claim bounds it
+            for claim in self.waiting:
+                _judge_lease(self.out, *claim, after, self.now_ms)
+            self.waiting.clear()
+        if (
+            isinstance(t, int)
+            and latest is not None
+            and latest <= t <= latest + self.jump_ms
+            and t <= self.now_ms + self.skew_ms
+        ):
+            self.latest = t  # the common case, nothing to report
+            return
+        _judge_date(self.out, seq, table, key, t, latest, self.now_ms, self.skew_ms, self.jump_ms)
         if isinstance(t, int) and (latest is None or t > latest):
-            latest = t
-    for claim in waiting:
-        _judge_lease(out, *claim, None, now_ms)
+            self.latest = t
+
+    def finish(self) -> None:
+        for claim in self.waiting:
+            _judge_lease(self.out, *claim, None, self.now_ms)
+        self.waiting.clear()
 
 
 def _judge_date(

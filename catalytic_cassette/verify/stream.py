@@ -1,0 +1,132 @@
+"""State and time checked while the journal is walked, for a ledger that holds the law.
+
+Every append-only table gains rows in journal order (ids are dense and in order, a rule
+of the SQL), so its rows read by rowid, rendered as the body the journaling trigger
+writes, must equal its journal entries in seq order, byte for byte: a merge of two
+streams, one pass, no sort, no JSON parsing. The dates the time check judges come from
+the rendered rows, which equal the bodies. Steps change after they are written, so
+their entries (the only ones parsed here) are replayed into the private history table,
+and the final rows compared with it as ``state.py`` does.
+
+This is a fast path, never a judge of tampering: the first entry that is not as an
+honest ledger writes it (another table, an unexpected body, a row left over, a body
+rendered differently by another SQLite) makes ``finish`` answer False, and the caller
+runs the full replay and time checks, whose findings are precise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from .findings import Collector
+from .state import HISTORY, create_history, drop_history, rendered, report_differences
+from .tables import MUTABLE_TABLES, TABLES
+from .timeline import TimeJudge
+
+_STEPS = "cassette_steps"
+_BATCH = 1024
+_UPSERT = (
+    f"INSERT INTO {HISTORY} (tbl, rid, k, seq, n, inserts, first_seq, first_insert)"
+    " VALUES (?, ?, ?, ?, 1, ?, ?, ?)"
+    " ON CONFLICT (tbl, rid) DO UPDATE SET k = excluded.k, seq = excluded.seq, n = n + 1,"
+    " inserts = inserts + excluded.inserts,"
+    " first_insert = coalesce(first_insert, excluded.first_insert)"
+)
+
+
+def _rows(cursor: sqlite3.Cursor) -> Iterator[Any]:
+    """A cursor's rows fetched in batches (fewer calls per row than iterating it)."""
+    return itertools.chain.from_iterable(iter(lambda: cursor.fetchmany(_BATCH), []))
+
+
+class StateStream:
+    """Fed every journal entry in seq order by the chain walk (``see``)."""
+
+    def __init__(self, conn: sqlite3.Connection, now_ms: int, skew_ms: int, jump_ms: int) -> None:
+        self.conn = conn
+        self.rows = Collector()
+        self.time = Collector()
+        self.judge = TimeJudge(self.time, now_ms, skew_ms, jump_ms)
+        self.held = True  # every entry so far is as an honest writer makes it
+        self._steps: list[tuple[Any, ...]] = []
+        create_history(conn)
+        # b'{"table":"T","op":"INSERT","key":' -> the table's rows, rendered, in rowid order
+        self._streams: dict[bytes, tuple[Iterator[Any], str]] = {}
+        for name, spec in TABLES.items():
+            if name in MUTABLE_TABLES:
+                continue
+            cursor = conn.execute(
+                f"SELECT {rendered(name, spec.key, spec.columns, 'INSERT')}, t.{spec.dated_by},"
+                f" t.{spec.key} FROM main.{name} AS t NOT INDEXED ORDER BY t.{spec.rowid}"
+            )
+            self._streams[_prefix(name, "INSERT")] = (_rows(cursor), name)
+        self._step_ops = {_prefix(_STEPS, "INSERT"): 1, _prefix(_STEPS, "UPDATE"): 0}
+
+    def see(self, seq: int, body: bytes) -> None:
+        if not self.held:
+            return
+        end = body.find(b'"key":', 0, 80)
+        prefix = body[: end + 6]
+        stream = self._streams.get(prefix)
+        if stream is not None:
+            row = next(stream[0], None)
+            if row is None or row[0] != body:
+                self.held = False
+                return
+            if row[1] is not None:
+                self.judge.dated(seq, stream[1], row[2], row[1])
+            return
+        insert = self._step_ops.get(prefix)
+        if insert is None:
+            self.held = False  # an unknown table or operation: the full checks name it
+            return
+        self._step(seq, body, insert)
+
+    def _step(self, seq: int, body: bytes, insert: int) -> None:
+        try:
+            entry = orjson.loads(body)
+            key, row = entry["key"], entry["row"]
+            created, status, lease = row["created_at"], row["status"], row["lease_expires_at"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            self.held = False
+            return
+        self._steps.append((_STEPS, key, key, seq, insert, seq, seq if insert else None))
+        if len(self._steps) >= _BATCH:
+            self._flush()
+        if not insert and status == "LEASED" and lease is not None:
+            self.judge.claimed(seq, _STEPS, key, lease)
+        if insert and created is not None:
+            self.judge.dated(seq, _STEPS, key, created)
+
+    def _flush(self) -> None:
+        self.conn.executemany(_UPSERT, self._steps)
+        self._steps.clear()
+
+    def finish(self) -> bool:
+        """True when the fast path held to the end: ``rows`` and ``time`` then hold this
+        check's findings. False: the caller runs the full checks instead."""
+        try:
+            if not self.held:
+                return False
+            for rows, _ in self._streams.values():
+                if next(rows, None) is not None:  # a row without an entry
+                    return False
+            self._flush()
+            self.judge.finish()
+            report_differences(self.conn, self.rows, _STEPS, None)
+        finally:
+            self._streams.clear()  # (finalizes the cursors)
+            drop_history(self.conn)
+        for finding in self.time.report.findings:  # keys read while the walk read bytes
+            if isinstance(finding.key, bytes):
+                finding.key = finding.key.decode("utf-8", "replace")
+        return True
+
+
+def _prefix(table: str, op: str) -> bytes:
+    return orjson.dumps({"table": table, "op": op})[:-1] + b',"key":'

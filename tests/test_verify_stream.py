@@ -1,0 +1,206 @@
+"""Verify's fast path (state and time checked while the journal is walked) never changes
+the answer: on any ledger it gives exactly the findings of the full replay, and on an
+honest ledger it is the path taken."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import sqlite3
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from catalytic_cassette import ManualClock, MessageCassette
+from catalytic_cassette.chain import CausalChain
+from catalytic_cassette.verify import run as verify_run
+from catalytic_cassette.verify import verify_path
+from catalytic_cassette.verify.stream import StateStream
+from catalytic_cassette.verify.tables import TABLES
+
+from .test_trust import VERIFIED_AT, mutate_behind_the_triggers, sealed  # noqa: F401
+
+T0 = 1_700_000_000_000
+
+
+class _Spy(StateStream):
+    """Records whether the fast path held."""
+
+    outcomes: ClassVar[list[bool]] = []
+
+    def finish(self) -> bool:
+        held = super().finish()
+        _Spy.outcomes.append(held)
+        return held
+
+
+class _NeverHolds(StateStream):
+    """Takes the full replay whatever the ledger holds."""
+
+    def finish(self) -> bool:
+        self.held = False
+        return super().finish()
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
+    _Spy.outcomes = []
+    monkeypatch.setattr(verify_run, "StateStream", _Spy)
+    yield _Spy.outcomes
+
+
+def _findings(path: Path, monkeypatch: pytest.MonkeyPatch, stream: type[StateStream]) -> Any:
+    with monkeypatch.context() as patch:
+        patch.setattr(verify_run, "StateStream", stream)
+        report = verify_path(str(path), now_ms=VERIFIED_AT)
+    return [f.to_dict() for f in report.findings], report.ok
+
+
+def test_an_honest_ledger_takes_the_fast_path(sealed: Path, spy: list[bool]) -> None:  # noqa: F811
+    assert verify_path(str(sealed), now_ms=VERIFIED_AT).ok
+    assert spy == [True]
+
+
+def test_a_run_scoped_verify_replays_in_full(sealed: Path, spy: list[bool]) -> None:  # noqa: F811
+    assert verify_path(str(sealed), now_ms=VERIFIED_AT, run_id="r1").ok
+    assert spy == []  # no stream: the replay filters by run
+
+
+def test_time_findings_come_from_the_fast_path(tmp_path: Path, spy: list[bool]) -> None:
+    """A forged clock two days ahead, and a claim with a lease far over the cap: the
+    journal is honest, so the stream judges it, and reports what the full check does."""
+    path = tmp_path / "ledger.db"
+    clock = ManualClock(T0)
+    with MessageCassette(path, clock=clock) as cassette:
+        cassette.post_message({"n": 1}, "r1", "USER")
+        clock.advance(2 * 86_400_000)
+        cassette.post_message({"n": 2}, "r1", "USER")
+        cassette.claim_step("r1", "w1", 60)
+    with CausalChain(path, clock=clock) as chain:
+        chain.append_action(
+            {"plan_id": "p", "intent_id": "i", "action_type": "InternalStep", "function_name": "f"}
+        )
+    report = verify_path(str(path), now_ms=T0 + 60_000)
+    kinds = {str(f.kind) for f in report.findings}
+    assert {"time_in_future", "time_jump"} <= kinds
+    assert spy == [True]
+
+
+@pytest.mark.parametrize("table", sorted(TABLES))
+def test_each_kind_of_row_is_compared(
+    sealed: Path,  # noqa: F811
+    tmp_path: Path,
+    spy: list[bool],
+    table: str,
+) -> None:
+    """One stored date changed in any journaled table (its triggers put back after):
+    the stream gives up, and the full check names the row."""
+    path = tmp_path / "ledger.db"
+    shutil.copyfile(sealed, path)
+    dated = TABLES[table].dated_by
+    conn = sqlite3.connect(path, isolation_level=None)
+    guard = conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?"
+        " ORDER BY rowid",
+        (table,),
+    ).fetchall()
+    for name, _ in guard:
+        conn.execute(f"DROP TRIGGER {name}")
+    rowid = conn.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
+    conn.execute(f"UPDATE {table} SET {dated} = {dated} + 1 WHERE rowid = ?", (rowid,))
+    for _, sql in guard:
+        conn.execute(sql)
+    conn.close()
+    report = verify_path(str(path), now_ms=VERIFIED_AT)
+    assert [(str(f.kind), f.table) for f in report.errors] == [("state_mismatch", table)]
+    assert spy == [table == "cassette_steps"]  # steps are compared after the walk
+
+
+def _rewrite_history(path: Path, seq: int, edit: dict[str, Any], row_too: bool) -> None:
+    """Change fields of one journal body's row (and with ``row_too`` the row itself) and
+    rehash the chain from there, with the triggers dropped: what someone rewriting
+    history does (only a seal catches it)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    triggers = conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY rowid"
+    ).fetchall()
+    for name, _ in triggers:
+        conn.execute(f"DROP TRIGGER {name}")
+    body = conn.execute("SELECT body FROM cassette_journal WHERE seq = ?", (seq,)).fetchone()
+    if body is not None:
+        entry = json.loads(body[0])
+        entry["row"].update(edit)
+        text = json.dumps(entry, separators=(",", ":"), ensure_ascii=False)
+        conn.execute("UPDATE cassette_journal SET body = ? WHERE seq = ?", (text, seq))
+        spec = TABLES.get(entry["table"])
+        if row_too and spec is not None:  # the row as well: only the history changed
+            for column, value in edit.items():
+                if column in spec.columns:
+                    conn.execute("SAVEPOINT edit")
+                    with contextlib.suppress(sqlite3.IntegrityError):  # STRICT refuses: no change
+                        conn.execute(
+                            f"UPDATE {entry['table']} SET {column} = ? WHERE {spec.rowid} = ?",
+                            (value, entry["row"][spec.rowid]),
+                        )
+                    conn.execute("RELEASE edit")
+        prev = conn.execute(
+            "SELECT chain_hash FROM cassette_journal WHERE seq = ?", (seq - 1,)
+        ).fetchone()
+        link = prev[0] if prev is not None else bytes(32)
+        for s, b in conn.execute(
+            "SELECT seq, body FROM cassette_journal WHERE seq >= ? ORDER BY seq", (seq,)
+        ).fetchall():
+            leaf = hashlib.sha256(b"\x00" + b.encode()).digest()
+            link = hashlib.sha256(b"\x02" + struct.pack(">Q", s) + link + leaf).digest()
+            conn.execute(
+                "UPDATE cassette_journal SET leaf_hash = ?, chain_hash = ? WHERE seq = ?",
+                (leaf, link, s),
+            )
+    for _, sql in triggers:
+        conn.execute(sql)
+    conn.close()
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_the_fast_path_and_the_full_replay_agree(
+    sealed: Path,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    data: st.DataObject,
+) -> None:
+    path = tmp_path_factory.mktemp("mutated") / "ledger.db"
+    shutil.copyfile(sealed, path)
+    if data.draw(st.booleans(), label="rewrite history"):
+        conn = sqlite3.connect(path)
+        size = conn.execute("SELECT count(*) FROM cassette_journal").fetchone()[0]
+        conn.close()
+        field = data.draw(
+            st.sampled_from(["created_at", "timestamp", "lease_expires_at", "status", "source"]),
+            label="field",
+        )
+        value = data.draw(
+            st.one_of(st.integers(T0 - 10**9, T0 + 10**11), st.sampled_from(["LEASED", "x"])),
+            label="value",
+        )
+        seq = data.draw(st.integers(0, size - 1), label="seq")
+        _rewrite_history(path, seq, {field: value}, data.draw(st.booleans(), label="row too"))
+    else:
+        mutate_behind_the_triggers(path, data)
+    _Spy.outcomes = []
+    fast = _findings(path, monkeypatch, _Spy)
+    event(f"fast path held: {_Spy.outcomes}, ok: {fast[1]}")
+    full = _findings(path, monkeypatch, _NeverHolds)
+    assert fast == full
