@@ -251,3 +251,69 @@ def test_every_index_of_every_table_is_checked(sealed: Path, tmp_path: Path) -> 
         assert any(name in detail for detail in mismatches), (name, report.to_dict())
         checked += 1
     assert checked >= 10  # the ledger fills most indexes
+
+
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ledger of 70 journal entries: a tree of several levels."""
+    path = tmp_path_factory.mktemp("grown") / "ledger.db"
+    with CausalChain(path, clock=ManualClock(T0)) as chain:
+        chain.append_actions(
+            {"plan_id": "p", "intent_id": "i", "action_type": "InternalStep", "function_name": "f"}
+            for _ in range(70)
+        )
+    return path
+
+
+def _tree_findings(path: Path, batch: int) -> list[Any]:
+    from catalytic_cassette.verify.chain import TreeWalk, check_chain
+    from catalytic_cassette.verify.findings import Collector
+
+    conn = sqlite3.connect(path)
+    try:
+        out = Collector()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(TreeWalk, "BATCH", batch)
+            walk = TreeWalk(conn, out, {1, 33, 64, 70}, stored_nodes=True)
+            check_chain(conn, out, None, walk)
+            walk.finish()
+        return [[f.to_dict() for f in out.report.findings], walk.roots]
+    finally:
+        conn.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(["delete", "edit", "insert"]), st.integers(0, 80), st.integers(1, 7)
+        ),
+        max_size=3,
+    ),
+    batch=st.integers(1, 9),
+)
+def test_the_tree_compared_in_batches_names_what_one_by_one_does(
+    grown: Path, tmp_path_factory: pytest.TempPathFactory, edits: list[Any], batch: int
+) -> None:
+    path = tmp_path_factory.mktemp("tree") / "ledger.db"
+    shutil.copyfile(grown, path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'cassette_tree_nodes'"
+    ).fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    for edit, leaf_end, level in edits:
+        if edit == "delete":
+            conn.execute("DELETE FROM cassette_tree_nodes WHERE leaf_end = ?", (leaf_end,))
+        elif edit == "edit":
+            conn.execute(
+                "UPDATE cassette_tree_nodes SET hash = zeroblob(32) WHERE leaf_end = ?",
+                (leaf_end,),
+            )
+        else:
+            conn.execute(
+                "INSERT OR IGNORE INTO cassette_tree_nodes VALUES (?, ?, zeroblob(32))",
+                ((1 << level) * (leaf_end // (1 << level) + 1) - 1, level),
+            )
+    conn.close()
+    assert _tree_findings(path, batch) == _tree_findings(path, 10**9)

@@ -53,6 +53,10 @@ class StateStream:
         self.time = Collector()
         self.judge = TimeJudge(self.time, now_ms, skew_ms, jump_ms)
         self.held = True  # every entry so far is as an honest writer makes it
+        # A date t with latest <= t <= _quiet_until needs no finding (TimeJudge's rules): no
+        # earlier than the ledger's time, within the jump bound of it, and no later than the
+        # verifier's clock plus the skew.
+        self._quiet_until = -1
         self._steps: list[tuple[Any, ...]] = []
         create_history(conn)
         # b'{"table":"T","op":"INSERT","key":' -> the table's rows, rendered, in rowid order
@@ -78,8 +82,21 @@ class StateStream:
             if row is None or row[0] != body:
                 self.held = False
                 return
-            if row[1] is not None:
-                self.judge.dated(seq, stream[1], row[2], row[1])
+            t, judge = row[1], self.judge
+            latest = judge.latest
+            if type(t) is int and latest is not None and latest <= t <= self._quiet_until:
+                if t > latest and not judge.waiting:  # the common case, inline (once per entry)
+                    judge.latest = t
+                    self._quiet_until = min(t + judge.jump_ms, judge.now_ms + judge.skew_ms)
+                    return
+                if t == latest and not judge.waiting:
+                    return
+            if t is not None:
+                judge.dated(seq, stream[1], row[2], t)
+                if judge.latest is not None:
+                    self._quiet_until = min(
+                        judge.latest + judge.jump_ms, judge.now_ms + judge.skew_ms
+                    )
             return
         insert = self._step_ops.get(prefix)
         if insert is None:
