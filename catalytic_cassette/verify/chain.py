@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..hashing import SEQ_U64, ZERO_HASH
-from ..merkle import CompactRange
+from ..merkle import EMPTY_ROOT
 from .findings import Collector, Finding, FindingKind
 from .options import Progress
 
@@ -138,26 +138,30 @@ def body_identity(body: Any) -> tuple[str | None, Any]:
 class TreeWalk:
     """Rebuilds the Merkle tree from the recomputed leaves while the chain is walked.
 
-    Compares every stored node as it completes (the nodes table is read in its key
-    order, which is completion order) and keeps the root at each wanted size. Memory is
-    O(log n) plus one root per wanted size.
+    Compares every stored node (the nodes table is read in its key order, which is
+    completion order) and keeps the root at each wanted size. Memory is one block of
+    leaves plus O(log n).
 
-    The nodes a batch of leaves completes are compared with the next stored rows as one
-    list (the common case: equal); only a batch that differs is walked node by node to
-    name what is missing, extra or altered. The right edge is the one ``CompactRange``
-    keeps, inlined here (same formulas as ``hashing.node_hash``) as it runs once per leaf.
+    Leaves are hashed into the tree a block at a time (``BLOCK``, a power of two): each
+    level of the block is one list comprehension, and the block's root joins the right
+    edge of the blocks before it, as ``CompactRange`` does per leaf. The nodes a block
+    completes are compared with the next stored rows as one list (the common case:
+    equal); only a list that differs is walked node by node to name what is missing,
+    extra or altered. Same formulas as ``hashing.node_hash``; a node is named by the
+    position of its last leaf (``leaf_end``) and its level.
     """
 
-    BATCH = 4096
+    BLOCK = 4096
 
     def __init__(
         self, conn: sqlite3.Connection, out: Collector, wanted: set[int], *, stored_nodes: bool
     ) -> None:
         self.out = out
-        self.wanted = wanted
-        self.size = 0
-        self._edge: list[tuple[int, bytes]] = []  # (level, hash), one per set bit of size
-        self.roots: dict[int, bytes] = {0: self.root()} if 0 in wanted else {}
+        self.wanted = sorted(wanted)
+        self.roots: dict[int, bytes] = {0: EMPTY_ROOT} if 0 in wanted else {}
+        self._leaves: list[bytes] = []  # of the block being filled
+        self._base = 0  # leaves in the blocks before it
+        self._edge: list[tuple[int, bytes]] = []  # (level, hash) of those blocks' right edge
         self._stored = (
             conn.execute(
                 "SELECT leaf_end, level, hash FROM cassette_tree_nodes NOT INDEXED"
@@ -171,25 +175,56 @@ class TreeWalk:
         self._next: tuple[int, int, bytes] | None = None
 
     def add(self, seq: int, leaf: bytes) -> None:
-        edge, pending, sha256 = self._edge, self._pending, hashlib.sha256
-        level, value = 0, leaf
-        while edge and edge[-1][0] == level:
-            value = sha256(b"\x01" + edge.pop()[1] + value).digest()
-            level += 1
-            pending.append((seq, level, value))
-        edge.append((level, value))
-        self.size += 1
-        if self.size in self.wanted:
-            self.roots[self.size] = self.root()
-        if len(pending) >= self.BATCH:
-            self._compare_pending()
+        """The next leaf (``seq`` is the entry's, the tree counts positions)."""
+        self._leaves.append(leaf)
+        if len(self._leaves) == self.BLOCK:
+            self._block()
 
-    def root(self) -> bytes:
-        """The root of the leaves added so far (RFC 9162's MTH)."""
-        if not self._edge:
-            return CompactRange().root()
-        result = self._edge[-1][1]
-        for _, left in reversed(self._edge[:-1]):
+    def _block(self) -> None:
+        leaves, base, sha256 = self._leaves, self._base, hashlib.sha256
+        count = len(leaves)
+        levels = [leaves]
+        nodes: list[tuple[int, int, bytes]] = []
+        level = leaves
+        while len(level) > 1:
+            level = [
+                sha256(b"\x01" + a + b).digest()
+                for a, b in zip(level[0::2], level[1::2], strict=False)
+            ]  # (an odd last one waits)
+            step = 1 << len(levels)
+            nodes.extend(
+                zip(
+                    range(base + step - 1, base + count, step),
+                    [len(levels)] * len(level),
+                    level,
+                    strict=True,
+                )
+            )
+            levels.append(level)
+        for size in self.wanted:
+            if base < size <= base + count:
+                self.roots[size] = self._root(levels, size - base)
+        if count == self.BLOCK:  # the block's root joins the right edge
+            edge, height, value = self._edge, len(levels) - 1, levels[-1][0]
+            while edge and edge[-1][0] == height:
+                value = sha256(b"\x01" + edge.pop()[1] + value).digest()
+                height += 1
+                nodes.append((base + count - 1, height, value))
+            edge.append((height, value))
+            self._base += count
+            self._leaves = []
+        self._pending.extend(sorted(nodes))
+        self._compare_pending()
+
+    def _root(self, levels: list[list[bytes]], prefix: int) -> bytes:
+        """The root after the first ``prefix`` leaves of the current block (RFC 9162):
+        the edge before the block, then the block's complete subtrees, largest first."""
+        edge = [value for _, value in self._edge]
+        edge += [
+            levels[k][(prefix >> k) - 1] for k in range(len(levels) - 1, -1, -1) if prefix >> k & 1
+        ]
+        result = edge[-1]
+        for left in reversed(edge[:-1]):
             result = hashlib.sha256(b"\x01" + left + result).digest()
         return result
 
@@ -264,7 +299,8 @@ class TreeWalk:
         )
 
     def finish(self) -> None:
-        self._compare_pending()
+        if self._leaves:  # a last, partial block: its complete subtrees and wanted roots
+            self._block()
         if self._stored is None:
             return
         self._advance()
