@@ -233,9 +233,14 @@ report = verify_path({path!r}, level=Level({level!r}))
 elapsed = time.perf_counter() - start
 assert report.ok, report.findings[:3]
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+anon = 0
+with open("/proc/self/status") as status:  # private memory, without mapped file pages
+    for line in status:
+        if line.startswith("RssAnon:"):
+            anon = int(line.split()[1])
 print(json.dumps({{"rows": report.journal_rows, "seconds": elapsed,
                   "rows_per_s": report.journal_rows / elapsed,
-                  "rss_before_kib": before, "rss_peak_kib": peak}}))
+                  "rss_before_kib": before, "rss_peak_kib": peak, "rss_anon_kib": anon}}))
 """
 
 CHILD_FLOOR = """

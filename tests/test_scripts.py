@@ -116,3 +116,30 @@ def test_bench_levers_quick_run_reports_every_variant_and_statement() -> None:
     ).stdout
     assert "INSERT INTO cassette_receipts" in out and "UPDATE cassette_steps" in out, out
     assert "us per cycle in all" in out, out
+
+
+@pytest.mark.slow
+def test_bench_verify_reports_both_levels_and_every_piece(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from bench_chain import build_ledger
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    ledger = tmp_path / "ledger.db"
+    build_ledger(ledger, 3000, 1000, "normal")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_verify.py"), str(ledger), "--reps", "1"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    for expected in (
+        "verify quick:",
+        "verify full:",
+        "private memory at the end",
+        "floor (fetch, leaf, link):",
+        "chain, tree, state and time streamed (the walk)",
+        "pages and indexes (integrity_check, every table)",
+    ):
+        assert expected in out, out
