@@ -29,13 +29,14 @@ def check_chain(
     *,
     start: int = 0,
     stop: int | None = None,
-    see: Callable[[int, bytes], None] | None = None,
+    see: Callable[[list[int], list[bytes]], None] | None = None,
 ) -> int:
     """Stream the journal in seq order; each entry is checked against its predecessor only.
 
     With ``start``/``stop``, only the entries ``start <= seq < stop`` (the first checked
     against the stored link before it), so that parts can be checked in parallel; the
-    whole journal otherwise. ``see`` is given every entry's seq and body as they pass.
+    whole journal otherwise. ``see`` is given the seqs and bodies of each batch of entries
+    as they pass.
     Returns the seq expected after the last entry read."""
     conn.text_factory = bytes  # hash the stored bytes; a tampered body need not be UTF-8
     try:
@@ -51,12 +52,12 @@ def _walk_chain(
     walk: TreeWalk | None,
     start: int,
     stop: int | None,
-    see: Callable[[int, bytes], None] | None,
+    see: Callable[[list[int], list[bytes]], None] | None,
 ) -> int:
     # The loop runs once per journal row: hashing is inlined (same formulas as
-    # hashing.leaf_hash and hashing.chain_hash) and rows arrive in batches.
+    # hashing.leaf_hash and hashing.chain_hash); rows arrive in batches, and the tree and
+    # ``see`` take each batch whole.
     sha256, pack = hashlib.sha256, SEQ_U64.pack
-    add = walk.add if walk is not None else None
     expected_seq = start
     read = 0
     prev = ZERO_HASH
@@ -73,6 +74,9 @@ def _walk_chain(
         f"{where} ORDER BY seq"
     )
     while rows := cursor.fetchmany(1024):
+        seqs: list[int] = []
+        bodies: list[bytes] = []
+        leaves: list[bytes] = []
         for seq, body, leaf, chain in rows:
             if seq != expected_seq:
                 out.add(
@@ -86,10 +90,9 @@ def _walk_chain(
             if not isinstance(body, bytes):
                 body = str(body).encode("utf-8")
             recomputed = sha256(b"\x00" + body).digest()
-            if add is not None:
-                add(seq, recomputed)
-            if see is not None:
-                see(seq, body)
+            seqs.append(seq)
+            bodies.append(body)
+            leaves.append(recomputed)
             if leaf != recomputed:
                 table, key = body_identity(body)
                 out.add(
@@ -115,6 +118,10 @@ def _walk_chain(
                 )
             prev = chain if isinstance(chain, bytes) else b""
             expected_seq += 1
+        if walk is not None:
+            walk.extend(leaves)
+        if see is not None:
+            see(seqs, bodies)
         if progress is not None:
             before, read = read, read + len(rows)
             for _ in range(read // PROGRESS_EVERY - before // PROGRESS_EVERY):
@@ -174,11 +181,16 @@ class TreeWalk:
         self._fetched: collections.deque[tuple[int, int, bytes]] = collections.deque()
         self._next: tuple[int, int, bytes] | None = None
 
-    def add(self, seq: int, leaf: bytes) -> None:
-        """The next leaf (``seq`` is the entry's, the tree counts positions)."""
-        self._leaves.append(leaf)
-        if len(self._leaves) == self.BLOCK:
-            self._block()
+    def extend(self, leaves: list[bytes]) -> None:
+        """The next leaves, in journal order (the tree counts positions, not seqs)."""
+        self._leaves += leaves
+        while len(self._leaves) >= self.BLOCK:
+            if len(self._leaves) > self.BLOCK:
+                self._leaves, rest = self._leaves[: self.BLOCK], self._leaves[self.BLOCK :]
+            else:
+                rest = []
+            self._block()  # (takes self._leaves, a whole block, and empties it)
+            self._leaves = rest
 
     def _block(self) -> None:
         leaves, base, sha256 = self._leaves, self._base, hashlib.sha256

@@ -17,6 +17,7 @@ runs the full replay and time checks, whose findings are precise.
 from __future__ import annotations
 
 import itertools
+import operator
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
@@ -53,10 +54,6 @@ class StateStream:
         self.time = Collector()
         self.judge = TimeJudge(self.time, now_ms, skew_ms, jump_ms)
         self.held = True  # every entry so far is as an honest writer makes it
-        # A date t with latest <= t <= _quiet_until needs no finding (TimeJudge's rules): no
-        # earlier than the ledger's time, within the jump bound of it, and no later than the
-        # verifier's clock plus the skew.
-        self._quiet_until = -1
         self._steps: list[tuple[Any, ...]] = []
         create_history(conn)
         # b'{"table":"T","op":"INSERT","key":' -> the table's rows, rendered, in rowid order
@@ -71,38 +68,53 @@ class StateStream:
             self._streams[_prefix(name, "INSERT")] = (_rows(cursor), name)
         self._step_ops = {_prefix(_STEPS, "INSERT"): 1, _prefix(_STEPS, "UPDATE"): 0}
 
-    def see(self, seq: int, body: bytes) -> None:
-        if not self.held:
-            return
-        end = body.find(b'"key":', 0, 80)
-        prefix = body[: end + 6]
-        stream = self._streams.get(prefix)
-        if stream is not None:
-            row = next(stream[0], None)
-            if row is None or row[0] != body:
-                self.held = False
+    def see(self, seqs: list[int], bodies: list[bytes]) -> None:
+        """A batch of consecutive journal entries. Entries of one append-only table in a row
+        (the common case: a batch of appends) are compared as one list, and their dates
+        judged at once when none needs a finding."""
+        count, i = len(bodies), 0
+        while i < count and self.held:
+            body = bodies[i]
+            prefix = body[: body.find(b'"key":', 0, 80) + 6]
+            stream = self._streams.get(prefix)
+            if stream is None:
+                insert = self._step_ops.get(prefix)
+                if insert is None:
+                    self.held = False  # an unknown table or operation: the full checks name it
+                    return
+                self._step(seqs[i], body, insert)
+                i += 1
+                continue
+            j = i + 1
+            while j < count and bodies[j].startswith(prefix):
+                j += 1
+            rendered = list(itertools.islice(stream[0], j - i))
+            if [row[0] for row in rendered] != bodies[i:j]:
+                self.held = False  # a row differs, or is missing: the full checks name it
                 return
-            t, judge = row[1], self.judge
-            latest = judge.latest
-            if type(t) is int and latest is not None and latest <= t <= self._quiet_until:
-                if t > latest and not judge.waiting:  # the common case, inline (once per entry)
-                    judge.latest = t
-                    self._quiet_until = min(t + judge.jump_ms, judge.now_ms + judge.skew_ms)
-                    return
-                if t == latest and not judge.waiting:
-                    return
-            if t is not None:
-                judge.dated(seq, stream[1], row[2], t)
-                if judge.latest is not None:
-                    self._quiet_until = min(
-                        judge.latest + judge.jump_ms, judge.now_ms + judge.skew_ms
-                    )
-            return
-        insert = self._step_ops.get(prefix)
-        if insert is None:
-            self.held = False  # an unknown table or operation: the full checks name it
-            return
-        self._step(seq, body, insert)
+            self._dated(seqs[i:j], rendered, stream[1])
+            i = j
+
+    def _dated(self, seqs: list[int], rendered: list[Any], table: str) -> None:
+        """The dates of a run of rendered rows (column 1), judged in journal order."""
+        judge = self.judge
+        dates = [row[1] for row in rendered]
+        latest = judge.latest
+        if (
+            not judge.waiting
+            and latest is not None
+            and all(type(t) is int for t in dates)
+            and dates[0] >= latest
+            and max(dates) <= judge.now_ms + judge.skew_ms
+            and dates[0] - latest <= judge.jump_ms
+        ):
+            steps = list(map(operator.sub, dates[1:], dates[:-1]))
+            if not steps or (min(steps) >= 0 and max(steps) <= judge.jump_ms):
+                judge.latest = dates[-1]  # nothing to report: the common case
+                return
+        for seq, row in zip(seqs, rendered, strict=True):
+            if row[1] is not None:
+                judge.dated(seq, table, row[2], row[1])
 
     def _step(self, seq: int, body: bytes, insert: int) -> None:
         try:
