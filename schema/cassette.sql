@@ -97,17 +97,6 @@ CREATE TABLE cassette_releases (
     UNIQUE (step_id, fencing_token)
 ) STRICT;
 
-CREATE TABLE cassette_journal (
-    seq INTEGER PRIMARY KEY CONSTRAINT JOURNAL_BROKEN CHECK (seq >= 0),
-    body TEXT NOT NULL CONSTRAINT JOURNAL_BROKEN CHECK (json_valid(body)),
-    leaf_hash BLOB NOT NULL CONSTRAINT JOURNAL_BROKEN CHECK (length(leaf_hash) = 32),
-    chain_hash BLOB NOT NULL CONSTRAINT JOURNAL_BROKEN CHECK (length(chain_hash) = 32),
-    tbl TEXT GENERATED ALWAYS AS (json_extract(body, '$.table')) VIRTUAL,
-    row_key ANY GENERATED ALWAYS AS (json_extract(body, '$.key')) VIRTUAL
-) STRICT;
-
-CREATE INDEX cassette_journal_by_row ON cassette_journal (tbl, row_key, seq);
-
 CREATE TRIGGER cassette_meta_no_update BEFORE UPDATE ON cassette_meta
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be updated'); END;
 
@@ -146,12 +135,6 @@ BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_releases rows cannot be updated
 
 CREATE TRIGGER cassette_releases_no_delete BEFORE DELETE ON cassette_releases
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_releases rows cannot be deleted'); END;
-
-CREATE TRIGGER cassette_journal_no_update BEFORE UPDATE ON cassette_journal
-BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_journal rows cannot be updated'); END;
-
-CREATE TRIGGER cassette_journal_no_delete BEFORE DELETE ON cassette_journal
-BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_journal rows cannot be deleted'); END;
 
 CREATE TRIGGER cassette_messages_insert_guard BEFORE INSERT ON cassette_messages
 BEGIN
@@ -297,18 +280,6 @@ CREATE TRIGGER cassette_releases_requeue_step AFTER INSERT ON cassette_releases
 BEGIN
     UPDATE cassette_steps SET status = 'PENDING', lease_owner = NULL, lease_expires_at = NULL
     WHERE step_id = NEW.step_id;
-END;
-
-CREATE TRIGGER cassette_journal_insert_guard BEFORE INSERT ON cassette_journal
-BEGIN
-    SELECT RAISE(ABORT, 'JOURNAL_BROKEN: a journal entry continues the sequence and the chain')
-    WHERE NEW.seq IS NOT coalesce((SELECT max(seq) FROM cassette_journal) + 1, 0)
-       OR NEW.leaf_hash IS NOT cassette_leaf_hash(NEW.body)
-       OR NEW.chain_hash IS NOT cassette_chain_hash(
-              NEW.seq,
-              coalesce((SELECT chain_hash FROM cassette_journal WHERE seq = NEW.seq - 1),
-                       zeroblob(32)),
-              NEW.leaf_hash);
 END;
 
 CREATE TRIGGER cassette_steps_update_journaled AFTER UPDATE ON cassette_steps
@@ -581,25 +552,6 @@ BEGIN
              THEN (SELECT leaf_hash FROM cassette_journal WHERE seq = NEW.leaf_end)
              ELSE (SELECT hash FROM cassette_tree_nodes
                    WHERE leaf_end = NEW.leaf_end AND level = NEW.level - 1) END);
-END;
-
-CREATE TRIGGER cassette_journal_grow_tree AFTER INSERT ON cassette_journal
-WHEN NEW.seq % 2 = 1
-BEGIN
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT NEW.seq, level, hash FROM (
-        WITH RECURSIVE up(level, hash) AS (
-            SELECT 1, cassette_node_hash(
-                (SELECT leaf_hash FROM cassette_journal WHERE seq = NEW.seq - 1), NEW.leaf_hash)
-            UNION ALL
-            SELECT up.level + 1, cassette_node_hash(
-                (SELECT hash FROM cassette_tree_nodes
-                 WHERE leaf_end = NEW.seq - (1 << up.level) AND level = up.level),
-                up.hash)
-            FROM up WHERE (NEW.seq + 1) % (1 << (up.level + 1)) = 0
-        )
-        SELECT level, hash FROM up ORDER BY level
-    );
 END;
 
 CREATE TABLE cassette_seals (
@@ -1230,6 +1182,54 @@ BEGIN
        OR json_extract(NEW.metadata_json, '$.plan_hash') GLOB '*[^0-9a-f]*';
 END;
 
+CREATE TABLE cassette_journal (
+    seq INTEGER PRIMARY KEY CONSTRAINT JOURNAL_BROKEN CHECK (seq >= 0),
+    body TEXT NOT NULL CONSTRAINT JOURNAL_BROKEN CHECK (json_valid(body)),
+    leaf_hash BLOB NOT NULL CONSTRAINT JOURNAL_BROKEN CHECK (length(leaf_hash) = 32),
+    chain_hash BLOB NOT NULL CONSTRAINT JOURNAL_BROKEN CHECK (length(chain_hash) = 32),
+    tbl TEXT GENERATED ALWAYS AS (json_extract(body, '$.table')) STORED,
+    row_key ANY GENERATED ALWAYS AS (json_extract(body, '$.key')) STORED
+) STRICT;
+
+CREATE INDEX cassette_journal_by_row ON cassette_journal (tbl, row_key, seq);
+
+CREATE TRIGGER cassette_journal_no_update BEFORE UPDATE ON cassette_journal
+BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_journal rows cannot be updated'); END;
+
+CREATE TRIGGER cassette_journal_no_delete BEFORE DELETE ON cassette_journal
+BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_journal rows cannot be deleted'); END;
+
+CREATE TRIGGER cassette_journal_insert_guard BEFORE INSERT ON cassette_journal
+BEGIN
+    SELECT RAISE(ABORT, 'JOURNAL_BROKEN: a journal entry continues the sequence and the chain')
+    WHERE NEW.seq IS NOT coalesce((SELECT max(seq) FROM cassette_journal) + 1, 0)
+       OR NEW.leaf_hash IS NOT cassette_leaf_hash(NEW.body)
+       OR NEW.chain_hash IS NOT cassette_chain_hash(
+              NEW.seq,
+              coalesce((SELECT chain_hash FROM cassette_journal WHERE seq = NEW.seq - 1),
+                       zeroblob(32)),
+              NEW.leaf_hash);
+END;
+
+CREATE TRIGGER cassette_journal_grow_tree AFTER INSERT ON cassette_journal
+WHEN NEW.seq % 2 = 1
+BEGIN
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT NEW.seq, level, hash FROM (
+        WITH RECURSIVE up(level, hash) AS (
+            SELECT 1, cassette_node_hash(
+                (SELECT leaf_hash FROM cassette_journal WHERE seq = NEW.seq - 1), NEW.leaf_hash)
+            UNION ALL
+            SELECT up.level + 1, cassette_node_hash(
+                (SELECT hash FROM cassette_tree_nodes
+                 WHERE leaf_end = NEW.seq - (1 << up.level) AND level = up.level),
+                up.hash)
+            FROM up WHERE (NEW.seq + 1) % (1 << (up.level + 1)) = 0
+        )
+        SELECT level, hash FROM up ORDER BY level
+    );
+END;
+
 CREATE TRIGGER cassette_migrations_insert_guard BEFORE INSERT ON cassette_migrations
 BEGIN
     SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be replaced')
@@ -1237,7 +1237,7 @@ BEGIN
     SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: only a cassette connection migrates the ledger')
     WHERE NOT EXISTS (SELECT 1 FROM pragma_function_list WHERE name = 'cassette_chain_hash');
     SELECT RAISE(ABORT, 'MIGRATION_FAILED: only the migration being applied records itself')
-    WHERE NEW.version IS NOT 7 OR NEW.name IS NOT 'live'
+    WHERE NEW.version IS NOT 8 OR NEW.name IS NOT 'journal_columns'
        OR typeof(NEW.sha256) IS NOT 'text' OR length(NEW.sha256) IS NOT 64
        OR NEW.sha256 GLOB '*[^0-9a-f]*';
 END;

@@ -185,3 +185,65 @@ def test_upgrading_a_version_1_ledger_that_fails_changes_nothing(
         connect(db_path)
     assert caught.value.code is ErrorCode.MIGRATION_FAILED
     assert (dump(db_path), file_digest(db_path)) == before
+
+
+def test_a_version_7_ledger_keeps_its_journal_and_seals_through_migration_8(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 8 rebuilds the journal with its table and key stored: every seq, body
+    and hash is copied as it was, so a seal made before it still holds after."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from catalytic_cassette import ManualClock
+    from catalytic_cassette.anchor import load_anchors
+    from catalytic_cassette.chain import CausalChain
+    from catalytic_cassette.seals import default_origin, record_seal, write_seal_file
+    from catalytic_cassette.verify import verify_path
+
+    db_path, seals = tmp_path / "v7.db", tmp_path / "seals"
+    seals.mkdir()
+    key = Ed25519PrivateKey.generate()
+    seven = sqlfiles.migrations()[:7]
+    with monkeypatch.context() as patched:
+        patched.setattr(sqlfiles, "migrations", lambda: seven)
+        clock = ManualClock()
+        with MessageCassette(db_path, clock=clock) as cassette:
+            cassette.post_message({"n": 1}, "r", "USER")
+            step = cassette.claim_step("r", "w", 60)
+            cassette.complete_step("r", step["step_id"], "w", step["fencing_token"], {}, "SUCCESS")
+        with CausalChain(db_path, clock=clock) as chain:
+            chain.append_action(
+                {
+                    "plan_id": "p",
+                    "intent_id": "i",
+                    "action_type": "PlanStarted",
+                    "function_name": "f",
+                }
+            )
+            write_seal_file(record_seal(chain.conn, key, now_ms=clock.now_ms(), origin=None), seals)
+            origin = default_origin(chain.conn)
+            assert chain.conn.execute("PRAGMA user_version").fetchone()[0] == 7
+    before = sqlite3.connect(db_path)
+    journal = before.execute(
+        "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal"
+    ).fetchall()
+    before.close()
+
+    with CausalChain(db_path) as chain:  # migrates
+        assert chain.conn.execute("PRAGMA user_version").fetchone()[0] == current_version()
+        rows = chain.conn.execute("SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal")
+        assert rows.fetchall() == journal
+        stored = chain.conn.execute(
+            "SELECT count(*) FROM cassette_journal WHERE tbl IS json_extract(body, '$.table')"
+            " AND row_key IS json_extract(body, '$.key')"
+        ).fetchone()[0]
+        assert stored == len(journal)
+        columns = chain.conn.execute("PRAGMA table_xinfo(cassette_journal)").fetchall()
+        assert [(c[1], c[6]) for c in columns][-2:] == [("tbl", 3), ("row_key", 3)]  # STORED
+        chain.append_action(
+            {"plan_id": "p", "intent_id": "i", "action_type": "InternalStep", "function_name": "f"}
+        )
+    report = verify_path(
+        str(db_path), anchors=load_anchors(seals), seal_key=key.public_key(), origin=origin
+    )
+    assert report.ok and report.anchored, report.to_dict()

@@ -325,3 +325,39 @@ def test_the_tree_built_in_blocks_names_what_one_leaf_at_a_time_does(
     ]
     conn.close()
     assert roots == {n: root_from_leaves(leaves[:n]) for n in (1, 33, 64, 70)}
+
+
+def test_a_stored_key_rewritten_behind_its_expression_is_reported(
+    sealed: Path,  # noqa: F811
+    tmp_path: Path,
+    spy: list[bool],
+) -> None:
+    """With writable_schema the journal's stored key can be made a plain column and
+    rewritten, the body untouched: an entry hidden from the by-row index's readers.
+    integrity_check is content (the index agrees with the stored value): verify compares
+    the stored value with the body."""
+    path = tmp_path / "ledger.db"
+    shutil.copyfile(sealed, path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'cassette_journal'").fetchone()
+    generated = "GENERATED ALWAYS AS (json_extract(body, '$.key')) STORED"
+    assert generated in sql[0]
+    guard = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'cassette_journal_no_update'"
+    ).fetchone()[0]
+    conn.execute("DROP TRIGGER cassette_journal_no_update")
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute(
+        "UPDATE sqlite_master SET sql = ? WHERE name = 'cassette_journal'",
+        (sql[0].replace(generated, ""),),
+    )
+    conn.execute("PRAGMA writable_schema = RESET")
+    conn.execute("UPDATE cassette_journal SET row_key = 'elsewhere' WHERE seq = 3")
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = 'cassette_journal'", sql)
+    conn.execute("PRAGMA writable_schema = RESET")
+    conn.execute(guard)
+    conn.close()
+    report = verify_path(str(path), now_ms=VERIFIED_AT)
+    assert [(str(f.kind), f.seq) for f in report.errors] == [("journal_columns", 3)]
+    assert spy == [False]

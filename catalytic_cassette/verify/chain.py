@@ -29,14 +29,14 @@ def check_chain(
     *,
     start: int = 0,
     stop: int | None = None,
-    see: Callable[[list[int], list[bytes]], None] | None = None,
+    see: Callable[[list[int], list[bytes], list[Any], list[Any]], None] | None = None,
 ) -> int:
     """Stream the journal in seq order; each entry is checked against its predecessor only.
 
     With ``start``/``stop``, only the entries ``start <= seq < stop`` (the first checked
     against the stored link before it), so that parts can be checked in parallel; the
-    whole journal otherwise. ``see`` is given the seqs and bodies of each batch of entries
-    as they pass.
+    whole journal otherwise. ``see`` is given the seqs, bodies, and stored table names and
+    keys of each batch of entries as they pass.
     Returns the seq expected after the last entry read."""
     conn.text_factory = bytes  # hash the stored bytes; a tampered body need not be UTF-8
     try:
@@ -52,7 +52,7 @@ def _walk_chain(
     walk: TreeWalk | None,
     start: int,
     stop: int | None,
-    see: Callable[[list[int], list[bytes]], None] | None,
+    see: Callable[[list[int], list[bytes], list[Any], list[Any]], None] | None,
 ) -> int:
     # The loop runs once per journal row: hashing is inlined (same formulas as
     # hashing.leaf_hash and hashing.chain_hash); rows arrive in batches, and the tree and
@@ -69,15 +69,16 @@ def _walk_chain(
     where = "" if start == 0 else f" WHERE seq >= {int(start)}"
     if stop is not None:
         where += (" AND" if where else " WHERE") + f" seq < {int(stop)}"
+    stored = ", tbl, row_key" if see is not None else ""
     cursor = conn.execute(
-        "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal NOT INDEXED"
+        f"SELECT seq, body, leaf_hash, chain_hash{stored} FROM cassette_journal NOT INDEXED"
         f"{where} ORDER BY seq"
     )
     while rows := cursor.fetchmany(1024):
         seqs: list[int] = []
         bodies: list[bytes] = []
         leaves: list[bytes] = []
-        for seq, body, leaf, chain in rows:
+        for seq, body, leaf, chain, *_ in rows:
             if seq != expected_seq:
                 out.add(
                     Finding(
@@ -121,7 +122,7 @@ def _walk_chain(
         if walk is not None:
             walk.extend(leaves)
         if see is not None:
-            see(seqs, bodies)
+            see(seqs, bodies, [row[4] for row in rows], [row[5] for row in rows])
         if progress is not None:
             before, read = read, read + len(rows)
             for _ in range(read // PROGRESS_EVERY - before // PROGRESS_EVERY):

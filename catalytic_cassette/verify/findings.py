@@ -47,6 +47,7 @@ class FindingKind(str, Enum):
     JOURNAL_DUPLICATE = "journal_duplicate"
     REPLAY_ORDER = "replay_order"
     JOURNAL_UNKNOWN_TABLE = "journal_unknown_table"
+    JOURNAL_COLUMNS = "journal_columns"
     # consistency between rows
     COMMITTED_WITHOUT_RECEIPT = "committed_without_receipt"
     RECEIPT_MISMATCH = "receipt_mismatch"

@@ -111,8 +111,30 @@ def check_state(conn: sqlite3.Connection, out: Collector, run_id: str | None) ->
                     tbl,
                 )
             )
+        check_journal_columns(conn, out)
     finally:
         drop_history(conn)
+
+
+def check_journal_columns(conn: sqlite3.Connection, out: Collector) -> None:
+    """The table name and key each entry stores beside its body (migration 0008, read by
+    the by-row index) are the body's: someone with writable_schema could change them
+    without touching the body, hiding an entry from readers that look it up."""
+    rows = conn.execute(
+        "SELECT seq, tbl, row_key FROM main.cassette_journal NOT INDEXED WHERE json_valid(body)"
+        " AND (tbl IS NOT json_extract(body, '$.table')"
+        "      OR row_key IS NOT json_extract(body, '$.key')) ORDER BY seq"
+    )
+    for seq, tbl, key in rows:
+        out.add(
+            Finding(
+                FindingKind.JOURNAL_COLUMNS,
+                "the table or key stored beside the body is not the body's",
+                seq,
+                tbl,
+                key,
+            )
+        )
 
 
 def report_differences(

@@ -30,6 +30,7 @@ from .tables import MUTABLE_TABLES, TABLES
 from .timeline import TimeJudge
 
 _STEPS = "cassette_steps"
+_STEPS_NAME = _STEPS.encode()  # as the journal stores it, read as bytes
 _BATCH = 1024
 _UPSERT = (
     f"INSERT INTO {HISTORY} (tbl, rid, k, seq, n, inserts, first_seq, first_insert)"
@@ -57,7 +58,7 @@ class StateStream:
         self._steps: list[tuple[Any, ...]] = []
         create_history(conn)
         # b'{"table":"T","op":"INSERT","key":' -> the table's rows, rendered, in rowid order
-        self._streams: dict[bytes, tuple[Iterator[Any], str]] = {}
+        self._streams: dict[bytes, tuple[Iterator[Any], str, bytes]] = {}
         for name, spec in TABLES.items():
             if name in MUTABLE_TABLES:
                 continue
@@ -65,11 +66,12 @@ class StateStream:
                 f"SELECT {rendered(name, spec.key, spec.columns, 'INSERT')}, t.{spec.dated_by},"
                 f" t.{spec.key} FROM main.{name} AS t NOT INDEXED ORDER BY t.{spec.rowid}"
             )
-            self._streams[_prefix(name, "INSERT")] = (_rows(cursor), name)
+            self._streams[_prefix(name, "INSERT")] = (_rows(cursor), name, name.encode())
         self._step_ops = {_prefix(_STEPS, "INSERT"): 1, _prefix(_STEPS, "UPDATE"): 0}
 
-    def see(self, seqs: list[int], bodies: list[bytes]) -> None:
-        """A batch of consecutive journal entries. Entries of one append-only table in a row
+    def see(self, seqs: list[int], bodies: list[bytes], tables: list[Any], keys: list[Any]) -> None:
+        """A batch of consecutive journal entries, with the table name and key each entry
+        stores beside its body (migration 0008). Entries of one append-only table in a row
         (the common case: a batch of appends) are compared as one list, and their dates
         judged at once when none needs a finding."""
         count, i = len(bodies), 0
@@ -82,16 +84,20 @@ class StateStream:
                 if insert is None:
                     self.held = False  # an unknown table or operation: the full checks name it
                     return
-                self._step(seqs[i], body, insert)
+                self._step(seqs[i], body, insert, tables[i], keys[i])
                 i += 1
                 continue
             j = i + 1
             while j < count and bodies[j].startswith(prefix):
                 j += 1
             rendered = list(itertools.islice(stream[0], j - i))
-            if [row[0] for row in rendered] != bodies[i:j]:
-                self.held = False  # a row differs, or is missing: the full checks name it
-                return
+            if (
+                [row[0] for row in rendered] != bodies[i:j]
+                or [row[2] for row in rendered] != keys[i:j]
+                or tables[i:j] != [stream[2]] * (j - i)
+            ):
+                self.held = False  # a row, or a stored name or key, differs: the full checks
+                return  # name it
             self._dated(seqs[i:j], rendered, stream[1])
             i = j
 
@@ -116,12 +122,15 @@ class StateStream:
             if row[1] is not None:
                 judge.dated(seq, table, row[2], row[1])
 
-    def _step(self, seq: int, body: bytes, insert: int) -> None:
+    def _step(self, seq: int, body: bytes, insert: int, table: Any, stored_key: Any) -> None:
         try:
             entry = orjson.loads(body)
             key, row = entry["key"], entry["row"]
             created, status, lease = row["created_at"], row["status"], row["lease_expires_at"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
+            self.held = False
+            return
+        if table != _STEPS_NAME or stored_key != key or type(key) is not int:
             self.held = False
             return
         self._steps.append((_STEPS, key, key, seq, insert, seq, seq if insert else None))
@@ -142,7 +151,7 @@ class StateStream:
         try:
             if not self.held:
                 return False
-            for rows, _ in self._streams.values():
+            for rows, _, _ in self._streams.values():
                 if next(rows, None) is not None:  # a row without an entry
                     return False
             self._flush()
