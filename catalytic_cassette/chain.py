@@ -39,7 +39,6 @@ _INSERT = (
     f"INSERT INTO cassette_actions ({', '.join(_INSERTED)})"
     f" VALUES ({', '.join('?' for _ in _INSERTED)})"
 )
-_INSERT_RETURNING = _INSERT + " RETURNING action_seq"
 # An item's validated fields (a new dict, in field order) and its INSERT parameters.
 _Prepared = tuple[dict[str, Any], list[Any]]
 _SUBTREE = f"""
@@ -160,11 +159,13 @@ class CausalChain(LedgerFile):
         if self._signing_key is not None:
             row[_METADATA] = self._signed_metadata(row)
         try:
-            return int(conn.execute(_INSERT_RETURNING, row).fetchone()[0])
+            seq = conn.execute(_INSERT, row).lastrowid  # cheaper than RETURNING action_seq
         except sqlite3.Error as exc:
             error = translate(exc)
             error.detail["index"] = index
             raise error from exc
+        assert seq is not None  # sqlite3 sets it after every INSERT
+        return seq
 
     def _joined(self, stored: list[Action]) -> None:
         """Committed actions join their loaded session's working set."""

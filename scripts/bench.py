@@ -359,9 +359,9 @@ def make_huey(path: Path, durability: str) -> tuple[Any, Any]:
 
 CYCLE_EXPLAINED = """\
   per cycle, each side does:
-    ours : claim_step = 1 transaction (BEGIN IMMEDIATE): UPDATE ... RETURNING through the
-           partial index cassette_steps_claimable, the step guards, 1 hash-chained journal
-           row (JSON body built in SQL, SHA-256 leaf and chain in Python); then
+    ours : claim_step = 1 transaction (BEGIN IMMEDIATE): SELECT the next step through the
+           partial index cassette_steps_claimable, UPDATE it by id: the step guards, 1
+           hash-chained journal row (JSON body built in SQL, SHA-256 in Python); then
            complete_step = 1 transaction: INSERT the receipt (guards, 1 journal row), whose
            trigger UPDATEs the step to COMMITTED (guards, 1 journal row). 2 commits, 3
            journal rows, every row kept.
@@ -559,7 +559,7 @@ def workload_workers(
 
 
 def claim_plan(conn: sqlite3.Connection) -> list[str]:
-    statement = getattr(cassette_module, "_CLAIM", RAW_CLAIM)
+    statement = getattr(cassette_module, "_NEXT_PENDING", RAW_CLAIM)
     params = {"worker": "w", "expires": 1, "run": RUN}
     if "?" in statement:
         rows = conn.execute(f"EXPLAIN QUERY PLAN {statement}", ("w", 1, RUN)).fetchall()
@@ -655,7 +655,7 @@ def workload_latency(
         search = [line for line in plan if "cassette_steps_claimable" in line]
         ok = bool(search) and all(line.startswith("SEARCH") for line in search)
         ok = ok and not any(line.startswith("SCAN cassette_steps") for line in plan)
-        out("  EXPLAIN QUERY PLAN of the claim statement (MessageCassette._CLAIM):")
+        out("  EXPLAIN QUERY PLAN of the claim's read (MessageCassette._NEXT_PENDING):")
         for line in plan:
             out(f"    {line}")
         verdict = report.check(
