@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalytic_cassette import CassetteError, ErrorCode, ManualClock
+from catalytic_cassette import CassetteError, ErrorCode, ManualClock, MessageCassette
 from catalytic_cassette.actions import (
     ACTION_TYPES,
     CATEGORIES,
@@ -311,3 +311,85 @@ def test_unknown_and_missing_fields_are_named(item: dict[str, Any], message: str
         coerce(item)
     assert refused.value.code is ErrorCode.INVALID_PAYLOAD
     assert refused.value.message == message
+
+
+# --------------------------------------------------- posts, claims, completes
+
+STEP_PAYLOAD = st.fixed_dictionaries({"n": st.integers(0, 9)})
+MESSAGES = st.lists(
+    st.one_of(
+        st.fixed_dictionaries({"task": NAMES}),
+        st.fixed_dictionaries(
+            {
+                "jobs": st.lists(
+                    st.fixed_dictionaries(
+                        {"intent": NAMES, "steps": st.lists(STEP_PAYLOAD, min_size=1, max_size=3)}
+                    ),
+                    min_size=1,
+                    max_size=3,
+                )
+            }
+        ),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    messages=MESSAGES,
+    keyed=st.lists(st.booleans(), min_size=5, max_size=5),
+    claims=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    ttl=st.sampled_from([1, 60, 0.5]),
+)
+def test_returned_ids_and_leases_are_the_rows_as_stored(
+    empty_ledger: Path,
+    messages: list[dict[str, Any]],
+    keyed: list[bool],
+    claims: list[int],
+    ttl: float,
+) -> None:
+    """post, claim and complete report the ids, tokens and expiries the ledger holds
+    (the rows' ids come from lastrowid and the lease from the read before it, not from
+    RETURNING; a replayed idempotent post names the first post's ids)."""
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        MessageCassette(
+            shutil.copyfile(empty_ledger, Path(folder) / "l.db"), clock=ManualClock()
+        ) as cassette,
+    ):
+        conn = cassette.conn
+        for index, (payload, has_key) in enumerate(zip(messages, keyed, strict=False)):
+            key = f"key-{index}" if has_key else None
+            for _ in range(2 if key else 1):  # the second post of a key is a replay
+                message_id, job_id = cassette.post_message(payload, "run", "USER", key)
+                stored = conn.execute(
+                    "SELECT payload_json FROM cassette_messages WHERE message_id = ?",
+                    (message_id,),
+                ).fetchone()
+                first_job = conn.execute(
+                    "SELECT job_id FROM cassette_jobs WHERE message_id = ? AND ordinal = 0",
+                    (message_id,),
+                ).fetchone()
+                assert stored is not None and first_job == (job_id,)
+        leased = []
+        for n in claims:
+            for step in cassette.claim_steps("run", "w", n, ttl):
+                row = cassette.get_step(step["step_id"])
+                assert row["status"] == "LEASED" and row["lease_owner"] == "w"
+                for name in ("job_id", "message_id", "ordinal", "payload"):
+                    assert step[name] == row[name]
+                assert step["fencing_token"] == row["fencing_token"] == 1
+                assert step["lease_expires_at"] == row["lease_expires_at"]
+                assert step["lease_expires_at"] == ManualClock().now_ms() + round(ttl * 1000)
+                leased.append(step)
+        assert [s["step_id"] for s in leased] == sorted(s["step_id"] for s in leased)
+        receipts = cassette.complete_steps(
+            [("run", s["step_id"], "w", s["fencing_token"], {}, "SUCCESS") for s in leased]
+        )
+        for step, receipt_id in zip(leased, receipts, strict=True):
+            assert conn.execute(
+                "SELECT step_id FROM cassette_receipts WHERE receipt_id = ?", (receipt_id,)
+            ).fetchone() == (step["step_id"],)
+        assert cassette.verify_cassette().ok
