@@ -585,9 +585,10 @@ class CausalChain(LedgerFile):
 def _insert_together(conn: sqlite3.Connection, rows: list[list[Any]]) -> list[int]:
     """Insert the rows by one prepared statement (``executemany``); return their seqs.
 
-    Ids are dense (migration 0005 refuses any other), so the rows get the seqs after
-    the last one. A refused row leaves the rows before it in the open transaction: how
-    many there are is the refused row's index, as the row-by-row path reports it.
+    SQLite gives a row inserted without its INTEGER PRIMARY KEY one more than the
+    largest (and the dense-ids rule of migration 0005 refuses any other), so the rows get
+    the seqs after the last one. A refused row leaves the rows before it in the open
+    transaction: how many there are is its index, as the row-by-row path reports it.
     """
     last = conn.execute("SELECT coalesce(max(action_seq), 0) FROM cassette_actions").fetchone()[0]
     try:
