@@ -24,19 +24,14 @@ OUTCOMES = ("SUCCESS", "FAILURE", "ABORTED")
 STATUSES = ("PENDING", "LEASED", "COMMITTED")
 MAX_TTL_SECONDS = 30 * 24 * 3600
 
-_CLAIM = """
-UPDATE cassette_steps
-   SET status = 'LEASED', lease_owner = :worker, lease_expires_at = :expires,
-       fencing_token = fencing_token + 1
- WHERE step_id = (SELECT step_id FROM cassette_steps
-                   WHERE run_id = :run AND status = 'PENDING'
-                   ORDER BY message_id, job_ordinal, ordinal LIMIT 1)
-RETURNING step_id, job_id, message_id, ordinal, payload_json, fencing_token, lease_expires_at
-"""
-
-# The signed claim names its step and token before the lease is written.
+# A claim reads the next PENDING step, then leases it by its id: under the write lock
+# (BEGIN IMMEDIATE) nothing can come between the two, and the lease gets the token read
+# here plus one and the caller's expiry. One UPDATE ... RETURNING did the same, but its
+# RETURNING cost more than the second statement (docs/BENCHMARKS.md, "Issue 12, second
+# pass"). A signed claim's attestation names the step and token between the two.
 _NEXT_PENDING = """
-SELECT step_id, fencing_token + 1 FROM cassette_steps
+SELECT step_id, job_id, message_id, ordinal, payload_json, fencing_token + 1
+  FROM cassette_steps
  WHERE run_id = :run AND status = 'PENDING'
  ORDER BY message_id, job_ordinal, ordinal LIMIT 1
 """
@@ -46,7 +41,6 @@ UPDATE cassette_steps
    SET status = 'LEASED', lease_owner = :worker, lease_expires_at = :expires,
        fencing_token = fencing_token + 1
  WHERE step_id = :step
-RETURNING step_id, job_id, message_id, ordinal, payload_json, fencing_token, lease_expires_at
 """
 
 _COMPLETE = """
@@ -54,7 +48,6 @@ INSERT INTO cassette_receipts
     (step_id, job_id, run_id, worker_id, fencing_token, outcome, receipt_json, created_at)
 SELECT step_id, job_id, :run, :worker, :token, :outcome, :receipt, :now
   FROM cassette_steps WHERE step_id = :step
-RETURNING receipt_id
 """
 
 
@@ -84,6 +77,16 @@ def _ttl_ms(ttl_seconds: Any) -> int:
 
 
 T = TypeVar("T")
+
+
+def _made(inserted: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT of one row made: its rowid, which the inserts of its
+    triggers do not change. Cheaper than RETURNING (docs/BENCHMARKS.md, "Issue 12,
+    second pass"); after an INSERT that made no row it would be stale, so check first."""
+    made = inserted.lastrowid
+    if made is None:  # pragma: no cover - sqlite3 sets it after every INSERT
+        raise CassetteError(ErrorCode.DATABASE_ERROR, "the INSERT reported no row id")
+    return made
 
 
 def _indexed(index: int, count: int, call: Callable[..., T], *args: Any) -> T:
@@ -261,19 +264,23 @@ class MessageCassette(LedgerFile):
                 idempotency_key=key,
                 payload_sha256=sha256_text(payload_json),
             )
-        message_id = conn.execute(
-            "INSERT INTO cassette_messages"
-            " (message_id, run_id, source, idempotency_key, payload_json, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?) RETURNING message_id",
-            (next_id, run_id, source, key, payload_json, now),
-        ).fetchone()[0]
+        message_id = _made(
+            conn.execute(
+                "INSERT INTO cassette_messages"
+                " (message_id, run_id, source, idempotency_key, payload_json, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (next_id, run_id, source, key, payload_json, now),
+            )
+        )
         first_job = 0
         for job_ordinal, plan in enumerate(plans):
-            job_id = conn.execute(
-                "INSERT INTO cassette_jobs (message_id, run_id, intent, ordinal, created_at)"
-                " VALUES (?, ?, ?, ?, ?) RETURNING job_id",
-                (message_id, run_id, plan.intent, job_ordinal, now),
-            ).fetchone()[0]
+            job_id = _made(
+                conn.execute(
+                    "INSERT INTO cassette_jobs (message_id, run_id, intent, ordinal, created_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (message_id, run_id, plan.intent, job_ordinal, now),
+                )
+            )
             if job_ordinal == 0:
                 first_job = job_id
             conn.executemany(
@@ -306,52 +313,42 @@ class MessageCassette(LedgerFile):
             raise CassetteError(ErrorCode.INVALID_ARGUMENT, "n must be at least 1")
         ttl = _ttl_ms(ttl_seconds)
         signer = self._signing_as(worker_id)
-        claimed: list[dict[str, Any]] = []
+        leased: list[tuple[Any, ...]] = []
         with self.write() as conn:
             now = self.ledger_now(conn)
             expires = now + ttl
+            params = {"worker": worker_id, "expires": expires, "run": run_id}
             for _ in range(n):
-                params = {"worker": worker_id, "expires": expires, "run": run_id}
-                if signer is None:
-                    row = conn.execute(_CLAIM, params).fetchone()
-                else:
-                    row = self._signed_claim(conn, signer, params, now)
+                row = conn.execute(_NEXT_PENDING, params).fetchone()
                 if row is None:
                     break
-                claimed.append(
-                    {
-                        "step_id": row[0],
-                        "job_id": row[1],
-                        "message_id": row[2],
-                        "ordinal": row[3],
-                        "payload": payloads.loads(row[4]),
-                        "fencing_token": row[5],
-                        "lease_expires_at": row[6],
-                        "run_id": run_id,
-                        "worker_id": worker_id,
-                    }
-                )
-        return claimed
-
-    @staticmethod
-    def _signed_claim(
-        conn: sqlite3.Connection, signer: WorkerKey, params: dict[str, Any], now: int
-    ) -> Any:
-        pending = conn.execute(_NEXT_PENDING, params).fetchone()
-        if pending is None:
-            return None
-        step_id, token = pending
-        attest(
-            conn,
-            signer,
-            "claim",
-            run_id=params["run"],
-            at=now,
-            step_id=step_id,
-            fencing_token=token,
-            lease_expires_at=params["expires"],
-        )
-        return conn.execute(_CLAIM_STEP, {**params, "step": step_id}).fetchone()
+                if signer is not None:  # the attestation names the lease before it exists
+                    attest(
+                        conn,
+                        signer,
+                        "claim",
+                        run_id=run_id,
+                        at=now,
+                        step_id=row[0],
+                        fencing_token=row[5],
+                        lease_expires_at=expires,
+                    )
+                conn.execute(_CLAIM_STEP, {**params, "step": row[0]})
+                leased.append(row)
+        return [  # decoded after the commit: the write lock is held no longer than needed
+            {
+                "step_id": row[0],
+                "job_id": row[1],
+                "message_id": row[2],
+                "ordinal": row[3],
+                "payload": payloads.loads(row[4]),
+                "fencing_token": row[5],
+                "lease_expires_at": expires,
+                "run_id": run_id,
+                "worker_id": worker_id,
+            }
+            for row in leased
+        ]
 
     # ------------------------------------------------------------- completes
 
@@ -402,12 +399,12 @@ class MessageCassette(LedgerFile):
                 receipt_sha256=sha256_text(params["receipt"]),
             )
         try:
-            row = conn.execute(_COMPLETE, {**params, "now": now}).fetchone()
+            inserted = conn.execute(_COMPLETE, {**params, "now": now})
         except sqlite3.Error as exc:
             raise translate(exc) from exc
-        if row is None:
+        if inserted.rowcount == 0:
             raise CassetteError(ErrorCode.STEP_NOT_FOUND, f"no step {params['step']}")
-        return int(row[0])
+        return _made(inserted)
 
     # -------------------------------------------------------------- requeues
 

@@ -14,10 +14,10 @@ from .actions import (
     COST_SCALE,
     SELECT_COLUMNS,
     Action,
-    coerce,
+    coerce_fields,
     cost_micros,
     from_row,
-    with_ledger_fields,
+    stored_action,
 )
 from .artifacts import DEFAULT_THRESHOLD_BYTES, ArtifactStore, default_root
 from .clock import Clock
@@ -31,10 +31,16 @@ if TYPE_CHECKING:
 
     from .seals import AutoSeal
 
+_INSERTED = COLUMNS[1:]  # action_seq is the ledger's: dense, one more than the last
+_TIMESTAMP = _INSERTED.index("timestamp")
+_METADATA = _INSERTED.index("metadata_json")
+_COST = _INSERTED.index("cost_micros")
 _INSERT = (
-    f"INSERT INTO cassette_actions ({', '.join(COLUMNS[1:])})"
-    f" VALUES ({', '.join('?' for _ in COLUMNS[1:])}) RETURNING action_seq"
+    f"INSERT INTO cassette_actions ({', '.join(_INSERTED)})"
+    f" VALUES ({', '.join('?' for _ in _INSERTED)})"
 )
+# An item's validated fields (a new dict, in field order) and its INSERT parameters.
+_Prepared = tuple[dict[str, Any], list[Any]]
 _SUBTREE = f"""
 WITH RECURSIVE tree(action_id) AS (
     SELECT action_id FROM cassette_actions WHERE action_id = ?
@@ -105,15 +111,13 @@ class CausalChain(LedgerFile):
         self._joined(stored)
         return stored
 
-    def _prepare(
-        self, actions: Iterable[Action | dict[str, Any]]
-    ) -> list[tuple[Action, dict[str, Any]]]:
+    def _prepare(self, actions: Iterable[Action | dict[str, Any]]) -> list[_Prepared]:
         """Validate and encode every item; artifacts are written here, before any commit."""
         prepared = []
         for index, value in enumerate(actions):
             try:
-                action = coerce(value)
-                prepared.append((action, self._row(action)))
+                fields = coerce_fields(value)
+                prepared.append((fields, self._row(fields)))
             except CassetteError as refused:
                 refused.detail["index"] = index
                 raise
@@ -122,34 +126,46 @@ class CausalChain(LedgerFile):
     def _insert(
         self,
         conn: sqlite3.Connection,
-        prepared: list[tuple[Action, dict[str, Any]]],
+        prepared: list[_Prepared],
         suggest: str | None = None,
     ) -> list[Action]:
         """Insert prepared actions inside the caller's transaction."""
-        stored: list[Action] = []
         now = self.ledger_now(conn)
-        for index, (action, row) in enumerate(prepared):
-            row["timestamp"] = now
-            if suggest is not None:
-                row["metadata_json"] = self._with_suggestions(conn, row, suggest, now)
-            metadata = self._signed_metadata(row)
-            row["metadata_json"] = payloads.dumps(metadata)
-            try:
-                seq = conn.execute(_INSERT, [row[c] for c in COLUMNS[1:]]).fetchone()[0]
-            except sqlite3.Error as exc:
-                error = translate(exc)
-                error.detail["index"] = index
-                raise error from exc
-            stored.append(
-                with_ledger_fields(
-                    action,
-                    cost=row["cost_micros"] / COST_SCALE,
-                    timestamp=now,
-                    metadata=metadata,
-                    action_seq=seq,
-                )
-            )
+        for _, row in prepared:
+            row[_TIMESTAMP] = now
+        if suggest is None and self._signing_key is None and len(prepared) > 1:
+            seqs = _insert_together(conn, [row for _, row in prepared])
+        else:
+            seqs = [
+                self._insert_one(conn, index, row, suggest, now)
+                for index, (_, row) in enumerate(prepared)
+            ]
+        stored = []
+        for (fields, row), seq in zip(prepared, seqs, strict=True):
+            fields["cost"] = row[_COST] / COST_SCALE
+            fields["timestamp"] = now
+            fields["metadata"] = payloads.loads(row[_METADATA])
+            fields["action_seq"] = seq
+            stored.append(stored_action(fields))
         return stored
+
+    def _insert_one(
+        self, conn: sqlite3.Connection, index: int, row: list[Any], suggest: str | None, now: int
+    ) -> int:
+        """One row by its own statement: what suggested causes (which read the rows
+        inserted before this one) and signatures (which sign the row) need."""
+        if suggest is not None:
+            row[_METADATA] = self._with_suggestions(conn, row, suggest, now)
+        if self._signing_key is not None:
+            row[_METADATA] = self._signed_metadata(row)
+        try:
+            seq = conn.execute(_INSERT, row).lastrowid  # cheaper than RETURNING action_seq
+        except sqlite3.Error as exc:
+            error = translate(exc)
+            error.detail["index"] = index
+            raise error from exc
+        assert seq is not None  # sqlite3 sets it after every INSERT
+        return seq
 
     def _joined(self, stored: list[Action]) -> None:
         """Committed actions join their loaded session's working set."""
@@ -158,46 +174,44 @@ class CausalChain(LedgerFile):
                 self._sessions[action.session_id].add(action)
 
     @staticmethod
-    def _with_suggestions(
-        conn: sqlite3.Connection, row: dict[str, Any], scope: str, now: int
-    ) -> str:
+    def _with_suggestions(conn: sqlite3.Connection, row: list[Any], scope: str, now: int) -> str:
         """The row's metadata with the suggested causes, read in the write transaction
         (so they are exactly the actions committed before this one)."""
-        metadata: dict[str, Any] = payloads.loads(row["metadata_json"])
-        value = row[dependencies.SCOPES[scope]]
+        metadata: dict[str, Any] = payloads.loads(row[_METADATA])
+        value = row[_INSERTED.index(dependencies.SCOPES[scope])]
         found = [] if value is None else dependencies.candidates(conn, scope, value, at_ms=now)
         metadata["suggested_causes"] = [
             {"action_id": c["action_id"], "reason": c["reason"][:500]} for c in found
         ]
         return payloads.dumps(metadata)
 
-    def _row(self, action: Action) -> dict[str, Any]:
-        arguments_json, arguments_artifact = self._store(action.arguments, "arguments")
-        result_json, result_artifact = self._store(action.result, "result")
-        return {
-            "action_id": action.action_id,
-            "parent_action_id": action.parent_action_id,
-            "plan_id": action.plan_id,
-            "intent_id": action.intent_id,
-            "session_id": action.session_id,
-            "action_type": action.action_type,
-            "function_name": action.function_name,
-            "arguments_json": arguments_json,
-            "arguments_artifact": arguments_artifact,
-            "result_json": result_json,
-            "result_artifact": result_artifact,
-            "success": int(action.success),
-            "error_message": action.error_message,
-            "cost_micros": cost_micros(action.cost),
-            "duration_ms": action.duration_ms,
-            "timestamp": None,
-            "metadata_json": payloads.dumps(
-                plan_archive.with_plan_hash(action.action_type, action.metadata)
-            ),
-            "caused_by": action.caused_by,
-            "rationale": action.rationale,
-            "category": action.category,
-        }
+    def _row(self, fields: dict[str, Any]) -> list[Any]:
+        """The INSERT's parameters in ``_INSERTED`` order, each JSON encoded once; the
+        timestamp is set in the write transaction."""
+        arguments_json, arguments_artifact = self._store(fields["arguments"], "arguments")
+        result_json, result_artifact = self._store(fields["result"], "result")
+        return [
+            fields["action_id"],
+            fields["parent_action_id"],
+            fields["plan_id"],
+            fields["intent_id"],
+            fields["session_id"],
+            fields["action_type"],
+            fields["function_name"],
+            arguments_json,
+            arguments_artifact,
+            result_json,
+            result_artifact,
+            int(fields["success"]),
+            fields["error_message"],
+            cost_micros(fields["cost"]),
+            fields["duration_ms"],
+            None,  # timestamp
+            payloads.dumps(plan_archive.with_plan_hash(fields["action_type"], fields["metadata"])),
+            fields["caused_by"],
+            fields["rationale"],
+            fields["category"],
+        ]
 
     def _store(self, value: Any, what: str) -> tuple[str | None, str | None]:
         if value is None:
@@ -208,14 +222,16 @@ class CausalChain(LedgerFile):
             return text, None
         return None, payloads.dumps(self.artifacts.put(encoded))
 
-    def _signed_metadata(self, row: dict[str, Any]) -> dict[str, Any]:
-        metadata: dict[str, Any] = payloads.loads(row["metadata_json"])
-        if self._signing_key is None:
-            return metadata
+    def _signed_metadata(self, row: list[Any]) -> str:
+        """The row's metadata with the signature of the row as it will be stored."""
         from .signing import sign
 
-        signature, signer = sign(self._signing_key, {"action_seq": None, **row})
-        return {**metadata, "signature": signature, "key_id": signer}
+        assert self._signing_key is not None
+        signature, signer = sign(
+            self._signing_key, {"action_seq": None, **dict(zip(_INSERTED, row, strict=True))}
+        )
+        metadata: dict[str, Any] = payloads.loads(row[_METADATA])
+        return payloads.dumps({**metadata, "signature": signature, "key_id": signer})
 
     # ----------------------------------------------------------------- reads
 
@@ -564,6 +580,27 @@ class CausalChain(LedgerFile):
     @property
     def loaded_sessions(self) -> tuple[str, ...]:
         return tuple(self._sessions)
+
+
+def _insert_together(conn: sqlite3.Connection, rows: list[list[Any]]) -> list[int]:
+    """Insert the rows by one prepared statement (``executemany``); return their seqs.
+
+    SQLite gives a row inserted without its INTEGER PRIMARY KEY one more than the
+    largest (and the dense-ids rule of migration 0005 refuses any other), so the rows get
+    the seqs after the last one. A refused row leaves the rows before it in the open
+    transaction: how many there are is its index, as the row-by-row path reports it.
+    """
+    last = conn.execute("SELECT coalesce(max(action_seq), 0) FROM cassette_actions").fetchone()[0]
+    try:
+        conn.executemany(_INSERT, rows)
+    except sqlite3.Error as exc:
+        error = translate(exc)
+        if conn.in_transaction:  # else SQLite rolled it all back (a full disk): unknown
+            error.detail["index"] = conn.execute(
+                "SELECT count(*) FROM cassette_actions WHERE action_seq > ?", (last,)
+            ).fetchone()[0]
+        raise error from exc
+    return list(range(last + 1, last + 1 + len(rows)))
 
 
 def _suggest_scope(value: bool | str) -> str | None:

@@ -28,29 +28,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_raw
 
 from catalytic_cassette.chain import CausalChain
 
-RAW_TABLE = """
-CREATE TABLE actions (
-    action_seq INTEGER PRIMARY KEY, action_id TEXT NOT NULL UNIQUE, parent_action_id TEXT,
-    plan_id TEXT NOT NULL, intent_id TEXT NOT NULL, session_id TEXT, action_type TEXT NOT NULL,
-    function_name TEXT NOT NULL, arguments_json TEXT, result_json TEXT, success INTEGER NOT NULL,
-    error_message TEXT, cost_micros INTEGER NOT NULL, duration_ms INTEGER NOT NULL,
-    timestamp INTEGER NOT NULL, metadata_json TEXT NOT NULL
-) STRICT
-"""
-RAW_JOURNAL = """
-CREATE TABLE journal (seq INTEGER PRIMARY KEY, body TEXT NOT NULL, leaf_hash BLOB NOT NULL,
-                      chain_hash BLOB NOT NULL) STRICT
-"""
+# The raw baseline writes the package's own cassette_actions (every index, no trigger:
+# scripts/bench_raw.py) and, for raw+chain, its cassette_journal.
 RAW_INSERT = (
-    "INSERT INTO actions (action_id, parent_action_id, plan_id, intent_id, session_id,"
-    " action_type, function_name, arguments_json, result_json, success, error_message,"
-    " cost_micros, duration_ms, timestamp, metadata_json)"
-    " VALUES (?, NULL, 'plan-1', 'intent-1', 'session-1', 'CapabilityCall', 'search', ?, ?, 1,"
-    " NULL, 2000, 12, ?, '{}')"
+    "INSERT INTO cassette_actions (action_id, parent_action_id, plan_id, intent_id, session_id,"
+    " action_type, function_name, arguments_json, arguments_artifact, result_json,"
+    " result_artifact, success, error_message, cost_micros, duration_ms, timestamp,"
+    " metadata_json, caused_by, rationale, category)"
+    " VALUES (?, NULL, 'plan-1', 'intent-1', 'session-1', 'CapabilityCall', 'search', ?, NULL,"
+    " ?, NULL, 1, NULL, 2000, 12, ?, '{}', NULL, NULL, NULL)"
 )
+RAW_TABLES = ("cassette_actions", "cassette_journal")  # raw+chain writes both
 ARGUMENTS = ["disk full on /var", {"limit": 10}]
 RESULT = {"hits": 3, "top": "df -h"}
 
@@ -69,14 +63,9 @@ def action(session: str = "session-1") -> dict[str, object]:
     }
 
 
-def raw_connection(path: Path, durability: str, journal: bool) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute(f"PRAGMA synchronous = {durability.upper()}")
-    conn.execute(RAW_TABLE)
-    if journal:
-        conn.execute(RAW_JOURNAL)
-    return conn
+def raw_connection(path: Path, durability: str) -> sqlite3.Connection:
+    """The raw baseline: the package's tables and indexes without its triggers."""
+    return bench_raw.ledger(path, durability)
 
 
 def median_range(samples: list[float]) -> str:
@@ -99,8 +88,8 @@ class Single:
 
     def __init__(self, scratch: Path, durability: str) -> None:
         self.ours = CausalChain(scratch / "single-ours.db", durability=durability)
-        self.raw = raw_connection(scratch / "single-raw.db", durability, journal=False)
-        self.chained = raw_connection(scratch / "single-chained.db", durability, journal=True)
+        self.raw = raw_connection(scratch / "single-raw.db", durability)
+        self.chained = raw_connection(scratch / "single-chained.db", durability)
         self.prev = bytes(32)
         self.seq = 0
 
@@ -125,7 +114,9 @@ class Single:
         start = time.perf_counter()
         for _ in range(count):
             action_id, now = str(uuid.uuid4()), time.time_ns() // 10**6
-            body = json.dumps({"table": "actions", "key": action_id, "args": args, "ts": now})
+            body = json.dumps(
+                {"table": "cassette_actions", "key": action_id, "args": args, "ts": now}
+            )
             leaf = hashlib.sha256(b"\x00" + body.encode()).digest()
             chain = hashlib.sha256(
                 b"\x02" + struct.pack(">Q", self.seq) + self.prev + leaf
@@ -133,7 +124,9 @@ class Single:
             self.chained.execute("BEGIN IMMEDIATE")
             self.chained.execute(RAW_INSERT, (action_id, args, result, now))
             self.chained.execute(
-                "INSERT INTO journal VALUES (?, ?, ?, ?)", (self.seq, body, leaf, chain)
+                "INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)"
+                " VALUES (?, ?, ?, ?)",
+                (self.seq, body, leaf, chain),
             )
             self.chained.execute("COMMIT")
             self.prev, self.seq = chain, self.seq + 1
@@ -146,7 +139,7 @@ class Batched:
     def __init__(self, scratch: Path, durability: str, batch: int) -> None:
         self.batch = batch
         self.ours = CausalChain(scratch / "batch-ours.db", durability=durability)
-        self.raw = raw_connection(scratch / "batch-raw.db", durability, journal=False)
+        self.raw = raw_connection(scratch / "batch-raw.db", durability)
 
     def run_ours(self, count: int) -> float:
         start = time.perf_counter()
@@ -363,6 +356,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-chain-") as tmp:
         scratch = Path(tmp)
+        bench_raw.create(scratch / "raw-schema.db")
+        print("raw: the package's migrated schema with every trigger dropped (bench_raw.py):")
+        for line in bench_raw.describe(scratch / "raw-schema.db", RAW_TABLES):
+            print(f"  {line}")
         kept = Path(args.keep) if args.keep else scratch
         kept.mkdir(parents=True, exist_ok=True)
         if args.live_only:

@@ -143,3 +143,58 @@ def test_bench_verify_reports_both_levels_and_every_piece(tmp_path: Path) -> Non
         "pages and indexes (integrity_check, every table)",
     ):
         assert expected in out, out
+
+
+def test_the_raw_baseline_has_the_ledgers_tables_and_indexes_and_no_trigger(
+    tmp_path: Path,
+) -> None:
+    """The benchmarks' raw sqlite3 side (scripts/bench_raw.py) writes the same tables with
+    the same indexes as the ledger, so "raw with the same indexes" cannot drift."""
+    import sqlite3
+
+    from catalytic_cassette.connection import connect
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_raw
+
+    ledger, raw = tmp_path / "ledger.db", tmp_path / "raw.db"
+    connect(ledger).close()
+    bench_raw.create(raw)
+
+    def schema(path: Path, kinds: tuple[str, ...]) -> set[tuple[str, str, str | None]]:
+        conn = sqlite3.connect(path)
+        try:
+            marks = ", ".join("?" for _ in kinds)
+            rows = conn.execute(
+                f"SELECT type, name, sql FROM sqlite_schema WHERE type IN ({marks})", kinds
+            ).fetchall()
+            return {(kind, name, sql) for kind, name, sql in rows}
+        finally:
+            conn.close()
+
+    assert schema(raw, ("table", "index")) == schema(ledger, ("table", "index"))
+    assert len(schema(ledger, ("index",))) > 20
+    assert schema(raw, ("trigger",)) == set() != schema(ledger, ("trigger",))
+    conn = bench_raw.connect_raw(raw, "full")
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("PRAGMA synchronous").fetchone() == (2,)
+        indexes = len(conn.execute("PRAGMA index_list('cassette_actions')").fetchall())
+        described = bench_raw.describe(raw, ("cassette_actions",))
+        assert described[0].startswith(f"cassette_actions: {indexes} indexes (")
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_bench_forms_quick_run_reports_every_pair() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_forms.py"), "--reps", "1", "--ops", "5"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    for pair in ("claim", "complete", "post", "append", "batch"):
+        lines = [line for line in out.splitlines() if line.split()[1:2] == [pair]]
+        assert len(lines) == 2 and "cpu x" in lines[1], out
