@@ -361,3 +361,48 @@ def test_a_stored_key_rewritten_behind_its_expression_is_reported(
     report = verify_path(str(path), now_ms=VERIFIED_AT)
     assert [(str(f.kind), f.seq) for f in report.errors] == [("journal_columns", 3)]
     assert spy == [False]
+
+
+@pytest.mark.parametrize("sides", [0, 3])
+def test_the_report_is_the_same_whatever_the_number_of_connections(
+    sealed: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sides: int,
+) -> None:
+    """An emptied index and a changed row: found, and reported in one order, whether the
+    pages-and-indexes check runs on the walk's connection alone or on three more."""
+    path = tmp_path / "ledger.db"
+    shutil.copyfile(sealed, path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    sql = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'cassette_receipts_by_run'"
+    ).fetchone()[0]
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute(
+        "UPDATE sqlite_master SET sql = ? WHERE name = 'cassette_receipts_by_run'",
+        (sql + " WHERE 0",),
+    )
+    conn.execute("PRAGMA writable_schema = OFF")
+    conn.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("REINDEX cassette_receipts_by_run")
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = 'cassette_receipts_by_run'", (sql,))
+    conn.execute("PRAGMA writable_schema = OFF")
+    conn.close()
+    expected = [f.to_dict() for f in verify_path(str(path), now_ms=VERIFIED_AT).findings]
+    assert any(f["kind"] == "index_mismatch" for f in expected)
+    opened: list[int] = []
+    same_snapshot = verify_run._same_snapshot
+
+    def counting(conn: sqlite3.Connection, path: str, count: int) -> Any:
+        found = same_snapshot(conn, path, count)
+        opened.append(len(found))
+        return found
+
+    monkeypatch.setattr(verify_run, "_side_connections", lambda: max(sides, 1))
+    monkeypatch.setattr(verify_run, "_same_snapshot", counting if sides else lambda *a: ())
+    report = verify_path(str(path), now_ms=VERIFIED_AT)
+    assert [f.to_dict() for f in report.findings] == expected
+    assert opened == ([3] if sides else [])

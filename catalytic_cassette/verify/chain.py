@@ -69,16 +69,16 @@ def _walk_chain(
     where = "" if start == 0 else f" WHERE seq >= {int(start)}"
     if stop is not None:
         where += (" AND" if where else " WHERE") + f" seq < {int(stop)}"
-    stored = ", tbl, row_key" if see is not None else ""
+    stored = "tbl, row_key" if see is not None else "NULL, NULL"  # (only ``see`` reads them)
     cursor = conn.execute(
-        f"SELECT seq, body, leaf_hash, chain_hash{stored} FROM cassette_journal NOT INDEXED"
+        f"SELECT seq, body, leaf_hash, chain_hash, {stored} FROM cassette_journal NOT INDEXED"
         f"{where} ORDER BY seq"
     )
     while rows := cursor.fetchmany(1024):
         seqs: list[int] = []
         bodies: list[bytes] = []
         leaves: list[bytes] = []
-        for seq, body, leaf, chain, *_ in rows:
+        for seq, body, leaf, chain, _, _ in rows:
             if seq != expected_seq:
                 out.add(
                     Finding(

@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +44,15 @@ def verify_connection(
     options: VerifyOptions | None = None,
     *,
     side: sqlite3.Connection | None = None,
+    sides: Sequence[sqlite3.Connection] = (),
     path: str | None = None,
 ) -> VerifyReport:
     """Run every check ``options`` asks for on an open connection.
 
-    ``side``, a second connection reading the same snapshot, lets the checks SQLite
-    evaluates proceed in a thread while this one hashes the journal. ``path``, the file
-    ``conn`` reads, lets the quick level hash part of a long journal in another process.
+    ``side`` (or several, ``sides``), more connections reading the same snapshot, let the
+    pages-and-indexes check proceed in threads while this one walks the journal. ``path``,
+    the file ``conn`` reads, lets the quick level hash part of a long journal in another
+    process.
     """
     options = options or VerifyOptions()
     now_ms = options.now_ms if options.now_ms is not None else SystemClock().now_ms()
@@ -68,9 +71,11 @@ def verify_connection(
     if options.level is Level.QUICK:
         return _quick(conn, report, out, options, path)
     checks = _SqlChecks(options, now_ms, schema_intact, _tables_to_check(conn))
-    worker = None
-    if side is not None:
-        worker = threading.Thread(target=checks.check_file, args=(side,), name="cassette-verify")
+    workers = [
+        threading.Thread(target=checks.check_file, args=(other,), name="cassette-verify")
+        for other in ([side] if side is not None else []) + list(sides)
+    ]
+    for worker in workers:
         worker.start()
     try:
         recorded = recorded_seals(conn) if schema_intact else []
@@ -86,9 +91,9 @@ def verify_connection(
         report.journal_rows = check_chain(conn, out, options.progress, walk, see=see)
         walk.finish()
         checks.check_rows(conn, stream)
-        checks.check_file(conn)  # the tables the other thread has not started
+        checks.check_file(conn)  # the tables no other thread has started
     finally:
-        if worker is not None:
+        for worker in workers:
             worker.join()
     checks.raise_errors()
     out.merge_before(checks.pages)
@@ -340,9 +345,13 @@ def verify_path(
                 f"schema version {version} is newer than this package ({current_version()})",
             )
         with read_transaction(conn):
-            sides = _same_snapshot(conn, path, 1) if options.level is Level.FULL else ()
+            sides = (
+                _same_snapshot(conn, path, _side_connections())
+                if options.level is Level.FULL
+                else ()
+            )
             try:
-                return verify_connection(conn, options, side=sides[0] if sides else None, path=path)
+                return verify_connection(conn, options, sides=sides, path=path)
             finally:
                 for side in sides:
                     side.close()
@@ -380,6 +389,12 @@ def _unreadable(detail: str) -> VerifyReport:
 
 
 _SNAPSHOT_RETRIES = 2
+
+
+def _side_connections() -> int:
+    """One per core beside the walk's, at most three: the largest tables (actions, then
+    the journal) each take one, and the walk is about as long as the largest."""
+    return max(1, min((os.cpu_count() or 2) - 1, 3))
 
 
 def _same_snapshot(

@@ -32,6 +32,8 @@ from .timeline import TimeJudge
 _STEPS = "cassette_steps"
 _STEPS_NAME = _STEPS.encode()  # as the journal stores it, read as bytes
 _BATCH = 1024
+# The columns of a rendered row: the body the journal should hold, its date, its key.
+_BODY, _DATE, _KEY = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
 _UPSERT = (
     f"INSERT INTO {HISTORY} (tbl, rid, k, seq, n, inserts, first_seq, first_insert)"
     " VALUES (?, ?, ?, ?, 1, ?, ?, ?)"
@@ -87,14 +89,18 @@ class StateStream:
                 self._step(seqs[i], body, insert, tables[i], keys[i])
                 i += 1
                 continue
-            j = i + 1
-            while j < count and bodies[j].startswith(prefix):
-                j += 1
+            name = stream[2]
+            if i == 0 and tables.count(name) == count:
+                j = count  # the common case: the whole batch is this table's
+            else:
+                j = i + 1
+                while j < count and bodies[j].startswith(prefix):
+                    j += 1
             rendered = list(itertools.islice(stream[0], j - i))
             if (
-                [row[0] for row in rendered] != bodies[i:j]
-                or [row[2] for row in rendered] != keys[i:j]
-                or tables[i:j] != [stream[2]] * (j - i)
+                list(map(_BODY, rendered)) != bodies[i:j]
+                or list(map(_KEY, rendered)) != keys[i:j]
+                or tables[i:j] != [name] * (j - i)
             ):
                 self.held = False  # a row, or a stored name or key, differs: the full checks
                 return  # name it
@@ -104,12 +110,12 @@ class StateStream:
     def _dated(self, seqs: list[int], rendered: list[Any], table: str) -> None:
         """The dates of a run of rendered rows (column 1), judged in journal order."""
         judge = self.judge
-        dates = [row[1] for row in rendered]
+        dates = list(map(_DATE, rendered))
         latest = judge.latest
         if (
             not judge.waiting
             and latest is not None
-            and all(type(t) is int for t in dates)
+            and set(map(type, dates)) == {int}
             and dates[0] >= latest
             and max(dates) <= judge.now_ms + judge.skew_ms
             and dates[0] - latest <= judge.jump_ms
