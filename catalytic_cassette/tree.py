@@ -3,6 +3,10 @@
 Level 0 is the journal's ``leaf_hash`` column; a complete aligned subtree of ``2**level``
 leaves is a row of ``cassette_tree_nodes`` keyed by its last leaf. Roots and proofs of
 any size need O(log n) point reads (``merkle`` builds them from complete subtrees).
+
+The database stores the nodes a block of ``GROW_BLOCK`` leaves at a time (migration
+0009), and a seal stores those of the incomplete last block that its size needs; reads
+compute the nodes of that block from its leaves (fewer than ``GROW_BLOCK``).
 """
 
 from __future__ import annotations
@@ -11,6 +15,16 @@ import sqlite3
 
 from . import merkle
 from .errors import CassetteError, ErrorCode
+
+GROW_BLOCK = 256
+"""Leaves per block of stored nodes: the journal entry with ``seq % GROW_BLOCK ==
+GROW_BLOCK - 1`` stores its block's nodes (the trigger of migration 0009)."""
+
+
+def tail_start(tree_size: int) -> int:
+    """The first leaf of the last, incomplete block of a tree of ``tree_size`` leaves:
+    every node ending before it is stored; after it, only what a seal stored."""
+    return tree_size - tree_size % GROW_BLOCK
 
 
 def size(conn: sqlite3.Connection) -> int:
@@ -29,8 +43,11 @@ class StoredTree:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        self._tail_start: int | None = None
 
     def subtree(self, level: int, index: int) -> bytes:
+        if level > 0 and leaf_end(level, index) >= self._tail():
+            return self._from_leaves(level, index)
         if level == 0:
             row = self.conn.execute(
                 "SELECT leaf_hash FROM cassette_journal WHERE seq = ?", (index,)
@@ -48,6 +65,31 @@ class StoredTree:
                 index=index,
             )
         return row[0]
+
+    def _tail(self) -> int:
+        if self._tail_start is None:
+            self._tail_start = tail_start(self.size())
+        return self._tail_start
+
+    def _from_leaves(self, level: int, index: int) -> bytes:
+        """A node of the incomplete last block, from its leaves (fewer than GROW_BLOCK)."""
+        first = index << level
+        leaves = [
+            row[0]
+            for row in self.conn.execute(
+                "SELECT leaf_hash FROM cassette_journal NOT INDEXED"
+                " WHERE seq BETWEEN ? AND ? ORDER BY seq",
+                (first, leaf_end(level, index)),
+            )
+        ]
+        if len(leaves) != 1 << level or not all(isinstance(leaf, bytes) for leaf in leaves):
+            raise CassetteError(
+                ErrorCode.TREE_BROKEN,
+                f"the tree has no node at level {level}, index {index}",
+                level=level,
+                index=index,
+            )
+        return merkle.root_from_leaves(leaves)
 
     def size(self) -> int:
         return size(self.conn)

@@ -533,9 +533,6 @@ CREATE TABLE cassette_tree_nodes (
 CREATE TRIGGER cassette_tree_nodes_no_update BEFORE UPDATE ON cassette_tree_nodes
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_tree_nodes rows cannot be updated'); END;
 
-CREATE TRIGGER cassette_tree_nodes_no_delete BEFORE DELETE ON cassette_tree_nodes
-BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_tree_nodes rows cannot be deleted'); END;
-
 CREATE TRIGGER cassette_tree_nodes_insert_guard BEFORE INSERT ON cassette_tree_nodes
 BEGIN
     SELECT RAISE(ABORT, 'APPEND_ONLY: this tree node exists')
@@ -1212,13 +1209,59 @@ BEGIN
 END;
 
 CREATE TRIGGER cassette_journal_grow_tree AFTER INSERT ON cassette_journal
-WHEN NEW.seq % 2 = 1
+WHEN NEW.seq % 256 = 255
 BEGIN
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.seq, 1, cassette_node_hash(l.leaf_hash, r.leaf_hash)
+    FROM cassette_journal AS r NOT INDEXED
+    JOIN cassette_journal AS l NOT INDEXED ON l.seq = r.seq - 1
+    WHERE r.seq BETWEEN NEW.seq - 255 AND NEW.seq AND r.seq % 2 = 1
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
+    ORDER BY r.seq;
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.leaf_end, 2, cassette_node_hash(l.hash, r.hash)
+    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 2 AND l.level = 1
+    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 1 AND r.leaf_end % 4 = 3
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 2)
+    ORDER BY r.leaf_end;
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.leaf_end, 3, cassette_node_hash(l.hash, r.hash)
+    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 4 AND l.level = 2
+    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 2 AND r.leaf_end % 8 = 7
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 3)
+    ORDER BY r.leaf_end;
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.leaf_end, 4, cassette_node_hash(l.hash, r.hash)
+    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 8 AND l.level = 3
+    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 3 AND r.leaf_end % 16 = 15
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 4)
+    ORDER BY r.leaf_end;
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.leaf_end, 5, cassette_node_hash(l.hash, r.hash)
+    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 16 AND l.level = 4
+    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 4 AND r.leaf_end % 32 = 31
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 5)
+    ORDER BY r.leaf_end;
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.leaf_end, 6, cassette_node_hash(l.hash, r.hash)
+    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 32 AND l.level = 5
+    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 5 AND r.leaf_end % 64 = 63
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 6)
+    ORDER BY r.leaf_end;
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.leaf_end, 7, cassette_node_hash(l.hash, r.hash)
+    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 64 AND l.level = 6
+    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 6 AND r.leaf_end % 128 = 127
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 7)
+    ORDER BY r.leaf_end;
+    -- The block's root, then the nodes above it that end at this entry, as the old
+    -- trigger grew them: each from its completed left sibling and the node below it.
     INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
     SELECT NEW.seq, level, hash FROM (
         WITH RECURSIVE up(level, hash) AS (
-            SELECT 1, cassette_node_hash(
-                (SELECT leaf_hash FROM cassette_journal WHERE seq = NEW.seq - 1), NEW.leaf_hash)
+            SELECT 8, cassette_node_hash(
+                (SELECT hash FROM cassette_tree_nodes WHERE leaf_end = NEW.seq - 128 AND level = 7),
+                (SELECT hash FROM cassette_tree_nodes WHERE leaf_end = NEW.seq AND level = 7))
             UNION ALL
             SELECT up.level + 1, cassette_node_hash(
                 (SELECT hash FROM cassette_tree_nodes
@@ -1230,6 +1273,57 @@ BEGIN
     );
 END;
 
+CREATE TRIGGER cassette_seals_store_tail BEFORE INSERT ON cassette_seals
+WHEN typeof(NEW.tree_size) = 'integer' AND NEW.tree_size % 256 > 1
+BEGIN
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.seq, 1, cassette_node_hash(l.leaf_hash, r.leaf_hash)
+    FROM cassette_journal AS r NOT INDEXED
+    JOIN cassette_journal AS l NOT INDEXED ON l.seq = r.seq - 1
+    WHERE r.seq BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.seq % 2 = 1
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
+    ORDER BY r.seq;
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.leaf_end, 2, cassette_node_hash(l.hash, r.hash)
+    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 2 AND l.level = 1
+    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 1 AND r.leaf_end % 4 = 3
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 2)
+    ORDER BY r.leaf_end;
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.leaf_end, 3, cassette_node_hash(l.hash, r.hash)
+    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 4 AND l.level = 2
+    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 2 AND r.leaf_end % 8 = 7
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 3)
+    ORDER BY r.leaf_end;
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.leaf_end, 4, cassette_node_hash(l.hash, r.hash)
+    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 8 AND l.level = 3
+    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 3 AND r.leaf_end % 16 = 15
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 4)
+    ORDER BY r.leaf_end;
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.leaf_end, 5, cassette_node_hash(l.hash, r.hash)
+    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 16 AND l.level = 4
+    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 4 AND r.leaf_end % 32 = 31
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 5)
+    ORDER BY r.leaf_end;
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.leaf_end, 6, cassette_node_hash(l.hash, r.hash)
+    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 32 AND l.level = 5
+    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 5 AND r.leaf_end % 64 = 63
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 6)
+    ORDER BY r.leaf_end;
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.leaf_end, 7, cassette_node_hash(l.hash, r.hash)
+    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 64 AND l.level = 6
+    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 6 AND r.leaf_end % 128 = 127
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 7)
+    ORDER BY r.leaf_end;
+END;
+
+CREATE TRIGGER cassette_tree_nodes_no_delete BEFORE DELETE ON cassette_tree_nodes
+BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_tree_nodes rows cannot be deleted'); END;
+
 CREATE TRIGGER cassette_migrations_insert_guard BEFORE INSERT ON cassette_migrations
 BEGIN
     SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be replaced')
@@ -1237,7 +1331,7 @@ BEGIN
     SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: only a cassette connection migrates the ledger')
     WHERE NOT EXISTS (SELECT 1 FROM pragma_function_list WHERE name = 'cassette_chain_hash');
     SELECT RAISE(ABORT, 'MIGRATION_FAILED: only the migration being applied records itself')
-    WHERE NEW.version IS NOT 8 OR NEW.name IS NOT 'journal_columns'
+    WHERE NEW.version IS NOT 9 OR NEW.name IS NOT 'tree_blocks'
        OR typeof(NEW.sha256) IS NOT 'text' OR length(NEW.sha256) IS NOT 64
        OR NEW.sha256 GLOB '*[^0-9a-f]*';
 END;

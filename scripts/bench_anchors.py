@@ -596,7 +596,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tmpdir", type=Path, default=None, help="where scratch files go")
     args = parser.parse_args()
     if args.quick:
-        args.reps, args.single, args.batched, args.batch, args.posts = 1, 20, 200, 100, 20
+        # (past one block of stored tree nodes, tree.GROW_BLOCK, in every workload)
+        args.reps, args.single, args.batched, args.batch, args.posts = 1, 300, 300, 100, 100
         args.entries, args.build_batch, args.proofs, args.consistency = "1000,3000", 500, 20, 6
         args.old_seals, args.seal_reps, args.verify_reps = 3, 2, 1
     args.durabilities = ["normal", "full"] if args.durability == "both" else [args.durability]

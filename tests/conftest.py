@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from catalytic_cassette import ManualClock, MessageCassette
+from catalytic_cassette import ManualClock, MessageCassette, tree
 from catalytic_cassette.hashing import ZERO_HASH, chain_hash, leaf_hash
 from catalytic_cassette.merkle import CompactRange
 
@@ -83,6 +83,8 @@ def write_journal(conn: sqlite3.Connection, bodies: list[str]) -> None:
     and knows the formulas can do."""
     conn.execute("DELETE FROM cassette_journal")
     conn.execute("DELETE FROM cassette_tree_nodes")
+    sealed = [row[0] for row in conn.execute("SELECT tree_size FROM cassette_seals")]
+    keep = stored_node_limit(len(bodies), sealed)
     prev, edge = ZERO_HASH, CompactRange()
     for seq, body in enumerate(bodies):
         leaf = leaf_hash(body.encode("utf-8"))
@@ -93,8 +95,15 @@ def write_journal(conn: sqlite3.Connection, bodies: list[str]) -> None:
         )
         conn.executemany(
             "INSERT INTO cassette_tree_nodes (leaf_end, level, hash) VALUES (?, ?, ?)",
-            [(seq, level, node) for level, node in edge.append(leaf)],
+            [(seq, level, node) for level, node in edge.append(leaf) if seq < keep],
         )
+
+
+def stored_node_limit(size: int, sealed: list[int]) -> int:
+    """The ledger stores every node ending before this entry and none after (migration
+    0009): its complete blocks, and in the last block up to its largest seal."""
+    start = tree.tail_start(size)
+    return max((s for s in sealed if start < s <= size), default=start)
 
 
 def action_dict(

@@ -60,7 +60,7 @@ from catalytic_cassette.seals import (
 from catalytic_cassette.tree import StoredTree
 from catalytic_cassette.verify import VerifyReport, verify_path
 
-from .conftest import action_dict, dump, file_digest, unguarded
+from .conftest import action_dict, dump, file_digest, stored_node_limit, unguarded
 
 CTX = mp.get_context("spawn")
 TIMEOUT = 60
@@ -128,12 +128,21 @@ def _expected_nodes(leaves: list[bytes]) -> list[tuple[int, int, bytes]]:
     return sorted(found)
 
 
+def _expected_stored(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
+    """The nodes the ledger stores (migration 0009): every node of its complete blocks of
+    tree.GROW_BLOCK leaves and, in the last block, those within its largest seal."""
+    leaves = _leaves(conn)
+    sealed = [r[0] for r in conn.execute("SELECT tree_size FROM cassette_seals")]
+    limit = stored_node_limit(len(leaves), sealed)
+    return [node for node in _expected_nodes(leaves) if node[0] < limit]
+
+
 def _check_tree(conn: sqlite3.Connection) -> int:
     """The stored tree is the RFC tree of the journal's leaves, at every size."""
     leaves = _leaves(conn)
     n = len(leaves)
-    assert _nodes(conn) == _expected_nodes(leaves)
-    assert len(_nodes(conn)) == n - bin(n).count("1")
+    assert _nodes(conn) == _expected_stored(conn)
+    assert n < tree.GROW_BLOCK or len(_nodes(conn)) > n // 2  # complete blocks are stored
     stored = StoredTree(conn)
     assert stored.size() == tree.size(conn) == n
     for size in range(n + 1):
@@ -151,7 +160,7 @@ def _tree_findings(report: VerifyReport) -> list[tuple[str, int | None, Any]]:
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("mixed") / "ledger.db"
-    _mixed_ledger(path, ManualClock(), rounds=4)
+    _mixed_ledger(path, ManualClock(), rounds=24)  # past the first block of stored nodes
     return path
 
 
@@ -162,7 +171,7 @@ def test_the_stored_tree_is_the_rfc_tree_of_the_journal_at_every_size(mixed: Pat
         tables = {r[0] for r in conn.execute("SELECT DISTINCT tbl FROM cassette_journal")}
     finally:
         conn.close()
-    assert 40 <= n <= 60
+    assert tree.GROW_BLOCK + 10 <= n <= 2 * tree.GROW_BLOCK
     assert {
         "cassette_messages",
         "cassette_steps",
@@ -229,6 +238,7 @@ WRITES = st.lists(
         st.tuples(st.just("complete"), st.just(0), st.just(0)),
         st.tuples(st.just("action"), st.integers(0, 2), st.just(0)),
         st.tuples(st.just("seal"), st.just(0), st.just(0)),
+        st.tuples(st.just("bulk"), st.integers(1, 90), st.just(0)),  # across a block end
     ),
     min_size=1,
     max_size=14,
@@ -240,7 +250,7 @@ WRITES = st.lists(
 def test_property_stored_roots_equal_the_in_memory_tree(writes: list[tuple[str, int, int]]) -> None:
     """Any sequence of writes (posts of 0-3 jobs, claim+complete, actions, seals): after
     each, the stored tree gives the same root at every size as a MemoryTree of the leaves
-    and holds n - popcount(n) nodes."""
+    and holds exactly the nodes of its complete blocks and of its seals."""
     with tempfile.TemporaryDirectory() as home:
         path = Path(home) / "ledger.db"
         clock = ManualClock()
@@ -266,6 +276,8 @@ def test_property_stored_roots_equal_the_in_memory_tree(writes: list[tuple[str, 
                     parent = parents[a % len(parents)] if parents else None
                     call = action_dict("CapabilityCall", f"f{n}", parent)
                     parents.append(chain.append_action(call).action_id)
+                elif kind == "bulk":
+                    cas.post_messages([({"n": n}, "run", "USER", None)] * a)
                 elif memory.size:
                     record_seal(cas.conn, KEY, now_ms=clock.now_ms(), origin=None)
                 for leaf in _leaves(cas.conn)[memory.size :]:
@@ -274,9 +286,8 @@ def test_property_stored_roots_equal_the_in_memory_tree(writes: list[tuple[str, 
                 assert stored.size() == memory.size
                 for size in range(memory.size + 1):
                     assert stored.root(size) == memory.root(size)
-                count = cas.conn.execute("SELECT count(*) FROM cassette_tree_nodes").fetchone()
-                assert count[0] == memory.size - bin(memory.size).count("1")
-            assert _nodes(cas.conn) == _expected_nodes(_leaves(cas.conn))
+                assert _nodes(cas.conn) == _expected_stored(cas.conn)
+            assert _nodes(cas.conn) == _expected_stored(cas.conn)
 
 
 # ------------------------------------------------------- tampering with the stored tree
@@ -1063,14 +1074,11 @@ def test_fork_evidence_narrows_to_one_entry_between_two_seals(
         (13, "forked"),
         (20, "forked"),
     ]
-    # The edited body is named by its own seq, so are the stored nodes above it that no
-    # longer match the recomputed leaf, and the row that no longer matches its entry.
+    # The edited body is named by its own seq, and so is the row that no longer matches
+    # its entry. (No node of these 24 entries is stored: their block of tree.GROW_BLOCK
+    # leaves is incomplete and no seal is recorded in the ledger.)
     assert _tree_findings(report) == [
         ("leaf_hash", 12, 5),
-        ("tree_node", 13, [13, 1]),
-        ("tree_node", 15, [15, 2]),
-        ("tree_node", 15, [15, 3]),
-        ("tree_node", 15, [15, 4]),
         ("forked", 13, None),
         ("forked", 20, None),
         ("state_mismatch", 12, 5),

@@ -267,7 +267,7 @@ def _cli_verify(path: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.stdout
 
 
-@pytest.mark.parametrize("pragma", ["application_id = 0", "user_version = 9"])
+@pytest.mark.parametrize("pragma", ["application_id = 0", "user_version = 99"])
 def test_a_changed_header_is_tampering_not_a_foreign_file(ledger: Path, pragma: str) -> None:
     raw = sqlite3.connect(ledger)
     raw.execute(f"PRAGMA {pragma}")

@@ -6,14 +6,16 @@ Streams rows in seq order through the table itself (never an index); memory is c
 
 from __future__ import annotations
 
+import bisect
 import collections
 import hashlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..hashing import SEQ_U64, ZERO_HASH
 from ..merkle import EMPTY_ROOT
+from ..tree import tail_start
 from .findings import Collector, Finding, FindingKind
 from .options import Progress
 
@@ -162,7 +164,13 @@ class TreeWalk:
     BLOCK = 4096
 
     def __init__(
-        self, conn: sqlite3.Connection, out: Collector, wanted: set[int], *, stored_nodes: bool
+        self,
+        conn: sqlite3.Connection,
+        out: Collector,
+        wanted: set[int],
+        *,
+        stored_nodes: bool,
+        sealed: Iterable[int] = (),
     ) -> None:
         self.out = out
         self.wanted = sorted(wanted)
@@ -178,6 +186,11 @@ class TreeWalk:
             if stored_nodes
             else None
         )
+        # The last, incomplete block of stored nodes (tree.GROW_BLOCK) holds exactly the
+        # nodes within its largest recorded seal: [tail_from, sealed_to). Known at the end.
+        self._sealed = list(sealed)
+        self._tail_from: int | None = None
+        self._sealed_to = 0
         self._pending: list[tuple[int, int, bytes]] = []  # completed, not yet compared
         self._fetched: collections.deque[tuple[int, int, bytes]] = collections.deque()
         self._next: tuple[int, int, bytes] | None = None
@@ -242,12 +255,21 @@ class TreeWalk:
         return result
 
     def _compare_pending(self) -> None:
-        pending = self._pending
-        if self._stored is None or not pending:
-            pending.clear()
+        if self._stored is None or not self._pending:
+            self._pending.clear()
             return
+        if self._tail_from is None:  # walking: only nodes of complete blocks are known due
+            limit = tail_start(self._base + len(self._leaves))
+            cut = len(self._pending)  # (the common case: all of them)
+            if self._pending[-1][0] >= limit:
+                cut = bisect.bisect_left(self._pending, (limit,))
+            pending, self._pending = self._pending[:cut], self._pending[cut:]
+            if not pending:
+                return
+        else:
+            pending, self._pending = self._pending, []
         stored = self._take(len(pending))
-        if stored != pending:
+        if stored != pending or self._tail_from is not None:  # (the last block: node by node)
             self._fetched.extendleft(reversed(stored))  # walked one by one below
             self._advance()
             for leaf_end, level, value in pending:
@@ -255,7 +277,6 @@ class TreeWalk:
             if self._next is not None:  # not yet compared: first in line for the next batch
                 self._fetched.appendleft(self._next)
                 self._next = None
-        pending.clear()
 
     def _take(self, count: int) -> list[tuple[int, int, bytes]]:
         """The next ``count`` stored nodes (fewer at the end)."""
@@ -275,7 +296,10 @@ class TreeWalk:
         while self._next is not None and self._next[:2] < (leaf_end, level):
             self._extra(*self._next)
             self._advance()
+        unsealed_tail = self._tail_from is not None and leaf_end >= self._sealed_to
         if self._next is None or self._next[:2] != (leaf_end, level):
+            if unsealed_tail:
+                return  # not stored until its block completes or a seal needs it
             self.out.add(
                 Finding(
                     FindingKind.TREE_NODE,
@@ -286,7 +310,9 @@ class TreeWalk:
                 )
             )
             return
-        if self._next[2] != value:
+        if unsealed_tail:
+            self._extra(leaf_end, level, value, "that no complete block or seal stores")
+        elif self._next[2] != value:
             self.out.add(
                 Finding(
                     FindingKind.TREE_NODE,
@@ -299,12 +325,17 @@ class TreeWalk:
             )
         self._advance()
 
-    def _extra(self, leaf_end: int, level: int, _hash: bytes) -> None:
+    def _extra(
+        self,
+        leaf_end: int,
+        level: int,
+        _hash: bytes,
+        why: str = "that the journal does not complete",
+    ) -> None:
         self.out.add(
             Finding(
                 FindingKind.TREE_NODE,
-                f"the stored tree has a node at level {level} ending at entry {leaf_end}"
-                " that the journal does not complete",
+                f"the stored tree has a node at level {level} ending at entry {leaf_end} {why}",
                 leaf_end,
                 "cassette_tree_nodes",
                 [leaf_end, level],
@@ -312,8 +343,14 @@ class TreeWalk:
         )
 
     def finish(self) -> None:
+        size = self._base + len(self._leaves)
+        self._tail_from = tail_start(size)
+        self._sealed_to = max(
+            (s for s in self._sealed if self._tail_from < s <= size), default=self._tail_from
+        )
         if self._leaves:  # a last, partial block: its complete subtrees and wanted roots
             self._block()
+        self._compare_pending()  # (nodes held back while their block was incomplete)
         if self._stored is None:
             return
         self._advance()

@@ -81,7 +81,13 @@ def verify_connection(
         recorded = recorded_seals(conn) if schema_intact else []
         wanted = {size for _, size, _, _ in recorded}
         wanted.update(a.checkpoint.size for a in anchors or () if a.checkpoint is not None)
-        walk = TreeWalk(conn, out, wanted, stored_nodes=schema_intact)
+        walk = TreeWalk(
+            conn,
+            out,
+            wanted,
+            stored_nodes=schema_intact,
+            sealed=[size for _, size, _, _ in recorded],
+        )
         stream = (
             StateStream(conn, now_ms, options.clock_skew_ms, options.max_time_jump_ms)
             if schema_intact and options.run_id is None

@@ -1,0 +1,238 @@
+"""The Merkle tree stored a block of tree.GROW_BLOCK leaves at a time (migration 0009).
+
+What the database stores is exact: every node of every complete block, and in the last,
+incomplete block the nodes within its largest recorded seal, no more. Reads compute the
+others from the leaves; verify names any node that differs from that rule, whoever put it
+there (LAW.md, "Merkle tree").
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from catalytic_cassette import ErrorCode, ManualClock, MessageCassette, merkle, sqlfiles, tree
+from catalytic_cassette.anchor import load_anchors
+from catalytic_cassette.chain import CausalChain
+from catalytic_cassette.connection import write_transaction
+from catalytic_cassette.errors import CassetteError
+from catalytic_cassette.merkle import MemoryTree
+from catalytic_cassette.migrate import current_version
+from catalytic_cassette.seals import default_origin, record_seal, write_seal_file
+from catalytic_cassette.tree import GROW_BLOCK, StoredTree
+from catalytic_cassette.verify import verify_path
+
+from .conftest import action_dict, dump, file_digest, stored_node_limit, unguarded
+
+KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(40, 72)))
+
+
+def _entries(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM cassette_journal").fetchone()[0])
+
+
+def _grow_to(cassette: MessageCassette, entries: int) -> None:
+    """Actions (one journal entry each) until the journal has ``entries`` entries."""
+    missing = entries - _entries(cassette.conn)
+    assert missing >= 0
+    if missing:
+        with CausalChain(cassette.db_path, clock=cassette.clock) as chain:
+            chain.append_actions([action_dict("CapabilityCall", f"f{n}") for n in range(missing)])
+    assert _entries(cassette.conn) == entries
+
+
+def _nodes(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
+    return [
+        (int(e), int(lv), bytes(h))
+        for e, lv, h in conn.execute(
+            "SELECT leaf_end, level, hash FROM cassette_tree_nodes ORDER BY leaf_end, level"
+        )
+    ]
+
+
+def _all_nodes(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
+    """Every complete aligned subtree of the journal's leaves (level >= 1)."""
+    leaves = [bytes(r[0]) for r in conn.execute("SELECT leaf_hash FROM cassette_journal")]
+    memory = MemoryTree(leaves)
+    return sorted(
+        (tree.leaf_end(level, index), level, memory.subtree(level, index))
+        for level in range(1, len(leaves).bit_length())
+        for index in range(len(leaves) >> level)
+    )
+
+
+def _stored_by_rule(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
+    sealed = [r[0] for r in conn.execute("SELECT tree_size FROM cassette_seals")]
+    limit = stored_node_limit(_entries(conn), sealed)
+    return [node for node in _all_nodes(conn) if node[0] < limit]
+
+
+def _tree_findings(path: Path) -> list[tuple[str, object]]:
+    return [(f.kind, f.key) for f in verify_path(str(path)).errors]
+
+
+def test_a_block_stores_its_nodes_when_its_last_entry_is_written(
+    cassette: MessageCassette,
+) -> None:
+    conn = cassette.conn
+    _grow_to(cassette, GROW_BLOCK - 1)
+    assert _nodes(conn) == []  # nothing stored before the block completes
+    _grow_to(cassette, GROW_BLOCK)
+    assert _nodes(conn) == _all_nodes(conn)
+    assert len(_nodes(conn)) == GROW_BLOCK - 1  # levels 1 to 8 of one block
+    _grow_to(cassette, 2 * GROW_BLOCK + 7)
+    assert _nodes(conn) == _stored_by_rule(conn)
+    assert (2 * GROW_BLOCK - 1, 9) in {node[:2] for node in _nodes(conn)}  # above a block
+    _grow_to(cassette, 4 * GROW_BLOCK)
+    assert _nodes(conn) == _all_nodes(conn)
+    assert max(level for _, level, _ in _nodes(conn)) == 10
+
+
+def test_reads_compute_the_last_blocks_nodes_from_its_leaves(cassette: MessageCassette) -> None:
+    conn = cassette.conn
+    _grow_to(cassette, GROW_BLOCK + 77)
+    leaves = [bytes(r[0]) for r in conn.execute("SELECT leaf_hash FROM cassette_journal")]
+    memory, stored = MemoryTree(leaves), StoredTree(conn)
+    for size in (1, 2, 77, GROW_BLOCK, GROW_BLOCK + 1, GROW_BLOCK + 64, len(leaves)):
+        assert stored.root(size) == memory.root(size), size
+    for index in (0, GROW_BLOCK - 1, GROW_BLOCK, len(leaves) - 1):
+        assert stored.inclusion_proof(index, len(leaves)) == memory.inclusion_proof(
+            index, len(leaves)
+        )
+    assert stored.consistency_proof(GROW_BLOCK + 5, len(leaves)) == memory.consistency_proof(
+        GROW_BLOCK + 5, len(leaves)
+    )
+
+
+def test_a_seal_stores_the_nodes_its_size_needs_and_no_more(
+    cassette: MessageCassette, db_path: Path
+) -> None:
+    conn = cassette.conn
+    _grow_to(cassette, GROW_BLOCK + 40)
+    seal = record_seal(conn, KEY, now_ms=1, origin=None)
+    assert seal.tree_size == GROW_BLOCK + 40
+    stored = {node[:2] for node in _nodes(conn)}
+    assert (GROW_BLOCK + 31, 5) in stored  # 32 leaves from the block's start
+    assert (GROW_BLOCK + 39, 3) in stored
+    assert all(end < GROW_BLOCK + 40 for end, _ in stored)
+    assert _nodes(conn) == _stored_by_rule(conn)
+    assert verify_path(str(db_path)).ok
+    _grow_to(cassette, 2 * GROW_BLOCK)  # the block completes around what the seal stored
+    assert _nodes(conn) == _all_nodes(conn)
+    assert verify_path(str(db_path)).ok
+
+
+def test_a_seal_row_written_in_sql_stores_the_nodes_before_its_root_is_checked(
+    cassette: MessageCassette,
+) -> None:
+    """The rule is the database's: a package connection inserting the seal row itself
+    (not through record_seal) gets the same nodes, and a wrong root is still refused
+    with nothing stored."""
+    conn = cassette.conn
+    _grow_to(cassette, 21)
+    root = StoredTree(conn).root(21)
+    row = conn.execute(
+        "SELECT ?, 21, ?, 'o', '00000000', 'o' || char(10) || '21' || char(10), ms"
+        " FROM cassette_ledger_time",
+        (1, root.hex()),
+    ).fetchone()
+    insert = (
+        "INSERT INTO cassette_seals (seal_id, tree_size, root_hex, origin, key_id, note,"
+        " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    )
+    before = _nodes(conn)
+    with pytest.raises(CassetteError) as refused, write_transaction(conn) as tx:
+        tx.execute(insert, (*row[:2], bytes(32).hex(), *row[3:]))
+    assert refused.value.code is ErrorCode.SEAL_MISMATCH
+    assert _nodes(conn) == before == []
+    with write_transaction(conn) as tx:
+        tx.execute(insert, row)
+    assert _nodes(conn) == _stored_by_rule(conn) != []
+
+
+@pytest.mark.parametrize("where", ["complete block", "sealed tail"])
+def test_a_deleted_node_is_reported_wherever_it_is_stored(
+    cassette: MessageCassette, db_path: Path, where: str
+) -> None:
+    _grow_to(cassette, GROW_BLOCK + 40)
+    record_seal(cassette.conn, KEY, now_ms=1, origin=None)
+    cassette.close()
+    victim = (15, 3) if where == "complete block" else (GROW_BLOCK + 15, 4)
+    with unguarded(db_path) as raw:
+        deleted = raw.execute(
+            "DELETE FROM cassette_tree_nodes WHERE leaf_end = ? AND level = ?", victim
+        )
+        assert deleted.rowcount == 1
+    assert _tree_findings(db_path) == [("tree_node", list(victim))]
+
+
+def test_a_correct_node_planted_in_the_unsealed_tail_is_reported(
+    cassette: MessageCassette, db_path: Path
+) -> None:
+    """The attacker with the triggers dropped (and one with the package's functions,
+    through the node guard) can add a node the honest writer would not have stored yet:
+    its hash is right, but the file is not what the law makes, and verify says so."""
+    _grow_to(cassette, GROW_BLOCK + 40)
+    leaves = [bytes(r[0]) for r in cassette.conn.execute("SELECT leaf_hash FROM cassette_journal")]
+    node = merkle.node_hash(leaves[GROW_BLOCK], leaves[GROW_BLOCK + 1])
+    with write_transaction(cassette.conn) as tx:  # the node guard accepts a right hash
+        tx.execute(
+            "INSERT INTO cassette_tree_nodes (leaf_end, level, hash) VALUES (?, 1, ?)",
+            (GROW_BLOCK + 1, node),
+        )
+    cassette.close()
+    findings = verify_path(str(db_path)).errors
+    assert [(f.kind, f.key) for f in findings] == [("tree_node", [GROW_BLOCK + 1, 1])]
+    assert "no complete block or seal stores" in findings[0].detail
+
+
+def test_a_raw_connection_cannot_add_a_node(cassette: MessageCassette, db_path: Path) -> None:
+    _grow_to(cassette, 5)
+    cassette.close()
+    before = (dump(db_path), file_digest(db_path))
+    raw = sqlite3.connect(db_path)
+    with pytest.raises(sqlite3.OperationalError, match="no such function"):
+        raw.execute("INSERT INTO cassette_tree_nodes VALUES (1, 1, zeroblob(32))")
+    raw.rollback()
+    raw.close()
+    assert (dump(db_path), file_digest(db_path)) == before
+
+
+def test_a_version_8_ledger_keeps_its_seals_and_stores_by_the_rule_after_migration_9(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 8 stored every node up to the head. Migration 9 keeps every node of the
+    complete blocks and, in the last block, those within its largest seal; the seals made
+    before still hold, and the next block completes as any other."""
+    db_path, seals = tmp_path / "v8.db", tmp_path / "seals"
+    seals.mkdir()
+    eight = sqlfiles.migrations()[:8]
+    with monkeypatch.context() as patched:
+        patched.setattr(sqlfiles, "migrations", lambda: eight)
+        clock = ManualClock()
+        with MessageCassette(db_path, clock=clock) as cassette:
+            _grow_to(cassette, GROW_BLOCK + 30)
+            write_seal_file(
+                record_seal(cassette.conn, KEY, now_ms=clock.now_ms(), origin=None), seals
+            )
+            _grow_to(cassette, GROW_BLOCK + 90)
+            origin = default_origin(cassette.conn)
+            assert cassette.conn.execute("PRAGMA user_version").fetchone()[0] == 8
+            old_nodes = _nodes(cassette.conn)
+            assert len(old_nodes) == len(_all_nodes(cassette.conn))  # every node, version 8
+    with MessageCassette(db_path, clock=clock) as cassette:  # migrates
+        conn = cassette.conn
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == current_version()
+        assert _nodes(conn) == _stored_by_rule(conn)
+        assert set(_nodes(conn)) < set(old_nodes)
+        assert max(end for end, _, _ in _nodes(conn)) == GROW_BLOCK + 29  # up to the seal
+        anchored = verify_path(
+            str(db_path), anchors=load_anchors(seals), seal_key=KEY.public_key(), origin=origin
+        )
+        assert anchored.ok and anchored.anchored, anchored.to_dict()
+        _grow_to(cassette, 2 * GROW_BLOCK + 3)
+        assert _nodes(conn) == _stored_by_rule(conn)
+    assert verify_path(str(db_path)).ok
