@@ -79,6 +79,24 @@ def _check_file(path: str) -> None:
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory is not writable: {target.parent}")
 
 
+class TransactionTime:
+    """The time of the write transaction under way on one connection: the later of the
+    writer's clock and the ledger's latest time, read by the transaction's first
+    ``ledger_now`` (every write of the package dates its transaction before it writes)
+    and kept until ``write_transaction`` ends; the TEMP clock guards read it through
+    ``cassette_transaction_ms()``. Before that, or for SQL run directly on a package
+    connection, it is the writer's clock (LAW.md section 9a)."""
+
+    __slots__ = ("clock", "ms")
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.ms: int | None = None
+
+    def __call__(self) -> int:
+        return self.clock.now_ms() if self.ms is None else self.ms
+
+
 class CassetteConnection(sqlite3.Connection):
     """A connection whose parameters cannot escape as Python errors.
 
@@ -87,6 +105,8 @@ class CassetteConnection(sqlite3.Connection):
     ProgrammingError for an unsupported type, before SQLite sees the statement; each
     becomes INVALID_ARGUMENT here, once, for every query of the package.
     """
+
+    transaction_time: TransactionTime | None = None
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         try:
@@ -113,6 +133,10 @@ def _bad_parameter(exc: Exception) -> Exception:
 
 def register_functions(conn: sqlite3.Connection, clock: Clock) -> None:
     conn.create_function("cassette_now_ms", 0, clock.now_ms)
+    pinned = TransactionTime(clock)
+    if isinstance(conn, CassetteConnection):
+        conn.transaction_time = pinned
+    conn.create_function("cassette_transaction_ms", 0, pinned)
     for name, (arity, function) in sql_functions().items():
         conn.create_function(name, arity, function, deterministic=True)
     conn.create_function("cassette_sha256_hex", 1, sha256_hex, deterministic=True)
@@ -260,8 +284,21 @@ def ledger_now(conn: sqlite3.Connection, clock: Clock) -> int:
 
     Read inside the write transaction, so it is never earlier than anything committed;
     someone else's future date is carried forward instead of refusing the honest writer.
+    The first call inside a write transaction fixes it for the rest of that transaction,
+    so every row is dated alike and the clock guards judge leases by the same time.
     """
-    return max(clock.now_ms(), ledger_time(conn))
+    pinned = getattr(conn, "transaction_time", None)
+    if pinned is None or not conn.in_transaction:
+        return max(clock.now_ms(), ledger_time(conn))
+    if pinned.ms is None:
+        pinned.ms = max(clock.now_ms(), ledger_time(conn))
+    return int(pinned.ms)
+
+
+def _unpin(conn: sqlite3.Connection) -> None:
+    pinned = getattr(conn, "transaction_time", None)
+    if pinned is not None:
+        pinned.ms = None
 
 
 def _only_the_directory_is_read_only(path: str, exc: sqlite3.Error) -> bool:
@@ -335,6 +372,8 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         if isinstance(exc, sqlite3.Error):
             raise _busy_or_translate(conn, exc) from exc
         raise
+    finally:
+        _unpin(conn)
 
 
 @contextmanager

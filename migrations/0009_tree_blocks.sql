@@ -3,8 +3,9 @@
 -- Until now every odd journal entry inserted the nodes it completed, in its own
 -- statement: a tree page dirtied by most commits and a node statement per entry, the
 -- largest single cost of the write path (docs/BENCHMARKS.md, "Issue 12"). Now the
--- entry that ends an aligned block of 256 leaves (seq % 256 = 255) inserts every node
--- of that block, level by level, and then the nodes above it that end at that entry.
+-- entry that ends an aligned block of 256 leaves (seq % 256 = 255) stores every node of
+-- that block and the nodes above it that end at that entry: its level-1 nodes, each of
+-- which completes its parent when it is a right child, and so on up.
 -- Nodes, their encoding and the insert guard that checks each one are unchanged, so
 -- every proof and seal made before still holds.
 --
@@ -17,6 +18,12 @@
 
 DROP TRIGGER cassette_journal_grow_tree;
 
+-- The journal's trigger stays small on purpose: SQLite allocates and zeroes a frame as
+-- large as a trigger's program for every row it fires on, even when its WHEN clause is
+-- false, so a trigger on every append must be short. It stores the block's level-1
+-- nodes; the trigger below completes each node's parent when it is a right child, level
+-- by level, up to the block's root and above (the package's connections run with
+-- recursive_triggers on, as the migration of 0004 did).
 CREATE TRIGGER cassette_journal_grow_tree AFTER INSERT ON cassette_journal
 WHEN NEW.seq % 256 = 255
 BEGIN
@@ -27,65 +34,26 @@ BEGIN
     WHERE r.seq BETWEEN NEW.seq - 255 AND NEW.seq AND r.seq % 2 = 1
       AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
     ORDER BY r.seq;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 2, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 2 AND l.level = 1
-    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 1 AND r.leaf_end % 4 = 3
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 2)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 3, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 4 AND l.level = 2
-    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 2 AND r.leaf_end % 8 = 7
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 3)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 4, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 8 AND l.level = 3
-    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 3 AND r.leaf_end % 16 = 15
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 4)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 5, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 16 AND l.level = 4
-    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 4 AND r.leaf_end % 32 = 31
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 5)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 6, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 32 AND l.level = 5
-    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 5 AND r.leaf_end % 64 = 63
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 6)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 7, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 64 AND l.level = 6
-    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 6 AND r.leaf_end % 128 = 127
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 7)
-    ORDER BY r.leaf_end;
-    -- The block's root, then the nodes above it that end at this entry, as the old
-    -- trigger grew them: each from its completed left sibling and the node below it.
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT NEW.seq, level, hash FROM (
-        WITH RECURSIVE up(level, hash) AS (
-            SELECT 8, cassette_node_hash(
-                (SELECT hash FROM cassette_tree_nodes WHERE leaf_end = NEW.seq - 128 AND level = 7),
-                (SELECT hash FROM cassette_tree_nodes WHERE leaf_end = NEW.seq AND level = 7))
-            UNION ALL
-            SELECT up.level + 1, cassette_node_hash(
-                (SELECT hash FROM cassette_tree_nodes
-                 WHERE leaf_end = NEW.seq - (1 << up.level) AND level = up.level),
-                up.hash)
-            FROM up WHERE (NEW.seq + 1) % (1 << (up.level + 1)) = 0
-        )
-        SELECT level, hash FROM up ORDER BY level
-    );
 END;
 
--- Recording a seal stores the nodes of the incomplete block that its size completes
--- (the same statements as above, over the seal's range), before the seal guard of 0004
--- folds the stored nodes into the root it checks. (SQLite fires the newest BEFORE
--- trigger first; a refused seal undoes these inserts with the rest of its statement.)
+-- A node that is a right child completes its parent, from its left sibling. A parent
+-- already stored is skipped, so a node stored early (by a seal) never makes a later
+-- append fail.
+CREATE TRIGGER cassette_tree_nodes_grow AFTER INSERT ON cassette_tree_nodes
+WHEN (NEW.leaf_end + 1) % (1 << (NEW.level + 1)) = 0
+BEGIN
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT NEW.leaf_end, NEW.level + 1, cassette_node_hash(l.hash, NEW.hash)
+    FROM cassette_tree_nodes l
+    WHERE l.leaf_end = NEW.leaf_end - (1 << NEW.level) AND l.level = NEW.level
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes
+                      WHERE leaf_end = NEW.leaf_end AND level = NEW.level + 1);
+END;
+
+-- Recording a seal stores the level-1 nodes of the incomplete block within its size
+-- (their parents follow, as above) before the seal guard of 0004 folds the stored nodes
+-- into the root it checks. (SQLite fires the newest BEFORE trigger first; a refused seal
+-- undoes these inserts with the rest of its statement.)
 CREATE TRIGGER cassette_seals_store_tail BEFORE INSERT ON cassette_seals
 WHEN typeof(NEW.tree_size) = 'integer' AND NEW.tree_size % 256 > 1
 BEGIN
@@ -93,45 +61,10 @@ BEGIN
     SELECT r.seq, 1, cassette_node_hash(l.leaf_hash, r.leaf_hash)
     FROM cassette_journal AS r NOT INDEXED
     JOIN cassette_journal AS l NOT INDEXED ON l.seq = r.seq - 1
-    WHERE r.seq BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.seq % 2 = 1
+    WHERE r.seq BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1
+      AND r.seq % 2 = 1
       AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
     ORDER BY r.seq;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 2, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 2 AND l.level = 1
-    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 1 AND r.leaf_end % 4 = 3
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 2)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 3, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 4 AND l.level = 2
-    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 2 AND r.leaf_end % 8 = 7
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 3)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 4, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 8 AND l.level = 3
-    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 3 AND r.leaf_end % 16 = 15
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 4)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 5, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 16 AND l.level = 4
-    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 4 AND r.leaf_end % 32 = 31
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 5)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 6, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 32 AND l.level = 5
-    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 5 AND r.leaf_end % 64 = 63
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 6)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 7, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 64 AND l.level = 6
-    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 6 AND r.leaf_end % 128 = 127
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 7)
-    ORDER BY r.leaf_end;
 END;
 
 -- A ledger written before this migration stored every node up to its head; keep only

@@ -1218,59 +1218,17 @@ BEGIN
     WHERE r.seq BETWEEN NEW.seq - 255 AND NEW.seq AND r.seq % 2 = 1
       AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
     ORDER BY r.seq;
+END;
+
+CREATE TRIGGER cassette_tree_nodes_grow AFTER INSERT ON cassette_tree_nodes
+WHEN (NEW.leaf_end + 1) % (1 << (NEW.level + 1)) = 0
+BEGIN
     INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 2, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 2 AND l.level = 1
-    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 1 AND r.leaf_end % 4 = 3
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 2)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 3, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 4 AND l.level = 2
-    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 2 AND r.leaf_end % 8 = 7
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 3)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 4, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 8 AND l.level = 3
-    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 3 AND r.leaf_end % 16 = 15
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 4)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 5, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 16 AND l.level = 4
-    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 4 AND r.leaf_end % 32 = 31
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 5)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 6, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 32 AND l.level = 5
-    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 5 AND r.leaf_end % 64 = 63
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 6)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 7, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 64 AND l.level = 6
-    WHERE r.leaf_end BETWEEN NEW.seq - 255 AND NEW.seq AND r.level = 6 AND r.leaf_end % 128 = 127
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 7)
-    ORDER BY r.leaf_end;
-    -- The block's root, then the nodes above it that end at this entry, as the old
-    -- trigger grew them: each from its completed left sibling and the node below it.
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT NEW.seq, level, hash FROM (
-        WITH RECURSIVE up(level, hash) AS (
-            SELECT 8, cassette_node_hash(
-                (SELECT hash FROM cassette_tree_nodes WHERE leaf_end = NEW.seq - 128 AND level = 7),
-                (SELECT hash FROM cassette_tree_nodes WHERE leaf_end = NEW.seq AND level = 7))
-            UNION ALL
-            SELECT up.level + 1, cassette_node_hash(
-                (SELECT hash FROM cassette_tree_nodes
-                 WHERE leaf_end = NEW.seq - (1 << up.level) AND level = up.level),
-                up.hash)
-            FROM up WHERE (NEW.seq + 1) % (1 << (up.level + 1)) = 0
-        )
-        SELECT level, hash FROM up ORDER BY level
-    );
+    SELECT NEW.leaf_end, NEW.level + 1, cassette_node_hash(l.hash, NEW.hash)
+    FROM cassette_tree_nodes l
+    WHERE l.leaf_end = NEW.leaf_end - (1 << NEW.level) AND l.level = NEW.level
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes
+                      WHERE leaf_end = NEW.leaf_end AND level = NEW.level + 1);
 END;
 
 CREATE TRIGGER cassette_seals_store_tail BEFORE INSERT ON cassette_seals
@@ -1280,45 +1238,10 @@ BEGIN
     SELECT r.seq, 1, cassette_node_hash(l.leaf_hash, r.leaf_hash)
     FROM cassette_journal AS r NOT INDEXED
     JOIN cassette_journal AS l NOT INDEXED ON l.seq = r.seq - 1
-    WHERE r.seq BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.seq % 2 = 1
+    WHERE r.seq BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1
+      AND r.seq % 2 = 1
       AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
     ORDER BY r.seq;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 2, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 2 AND l.level = 1
-    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 1 AND r.leaf_end % 4 = 3
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 2)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 3, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 4 AND l.level = 2
-    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 2 AND r.leaf_end % 8 = 7
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 3)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 4, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 8 AND l.level = 3
-    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 3 AND r.leaf_end % 16 = 15
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 4)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 5, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 16 AND l.level = 4
-    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 4 AND r.leaf_end % 32 = 31
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 5)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 6, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 32 AND l.level = 5
-    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 5 AND r.leaf_end % 64 = 63
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 6)
-    ORDER BY r.leaf_end;
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.leaf_end, 7, cassette_node_hash(l.hash, r.hash)
-    FROM cassette_tree_nodes r JOIN cassette_tree_nodes l ON l.leaf_end = r.leaf_end - 64 AND l.level = 6
-    WHERE r.leaf_end BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1 AND r.level = 6 AND r.leaf_end % 128 = 127
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.leaf_end AND level = 7)
-    ORDER BY r.leaf_end;
 END;
 
 CREATE TRIGGER cassette_tree_nodes_no_delete BEFORE DELETE ON cassette_tree_nodes

@@ -1,6 +1,9 @@
 -- Installed as TEMP triggers on every package connection, after the schema is
 -- current. They hold the rules that need the package's SQL functions:
---   cassette_now_ms()                 the ledger clock (integer UTC epoch ms)
+--   cassette_now_ms()                 the writer's clock (integer UTC epoch ms)
+--   cassette_transaction_ms()         the time of the package's write transaction under
+--                                     way (max of its clock and ledger time, read once
+--                                     when it dates its first row); else the writer's clock
 --   cassette_leaf_hash(body)          SHA-256(0x00 || body)
 --   cassette_chain_hash(seq, prev, leaf)
 --   cassette_sha256_hex(text)         lowercase hex SHA-256 of the UTF-8 bytes
@@ -14,23 +17,27 @@
 -- SQLite runs TEMP triggers before the main schema's triggers of the same event.
 
 -- ------------------------------------------------------------ clock rules
--- "Now" is the ledger clock: the later of the writer's clock and the latest time the
--- ledger has recorded (the cassette_ledger_time view), so time never runs backwards.
+-- "Now" is the transaction's time, cassette_transaction_ms(): the later of the writer's
+-- clock and the latest time the ledger has recorded (the cassette_ledger_time view), read
+-- once per write transaction of the package before it writes, so time never runs back and
+-- every check of one transaction uses the same now. (These guards used to evaluate the
+-- view, nine table probes, in each check: SQLite sizes and zeroes a trigger's frame by
+-- its whole program on every row it fires on, so a short program matters.)
 
 CREATE TEMP TRIGGER cassette_steps_clock_guard BEFORE UPDATE ON main.cassette_steps
 BEGIN
     SELECT RAISE(ABORT, 'INVALID_TTL: a lease must expire in the future')
     WHERE OLD.status = 'PENDING' AND NEW.status IS 'LEASED'
       AND typeof(NEW.lease_expires_at) = 'integer'
-      AND NEW.lease_expires_at <= max(cassette_now_ms(), (SELECT ms FROM cassette_ledger_time));
+      AND NEW.lease_expires_at <= cassette_transaction_ms();
     SELECT RAISE(ABORT, 'INVALID_TTL: a lease may last at most 30 days')
     WHERE OLD.status = 'PENDING' AND NEW.status IS 'LEASED'
       AND typeof(NEW.lease_expires_at) = 'integer'
       AND NEW.lease_expires_at
-          > max(cassette_now_ms(), (SELECT ms FROM cassette_ledger_time)) + 2592000000;
+          > cassette_transaction_ms() + 2592000000;
     SELECT RAISE(ABORT, 'LEASE_NOT_EXPIRED: only an expired or released lease is requeued')
     WHERE OLD.status = 'LEASED' AND NEW.status IS 'PENDING'
-      AND OLD.lease_expires_at > max(cassette_now_ms(), (SELECT ms FROM cassette_ledger_time))
+      AND OLD.lease_expires_at > cassette_transaction_ms()
       AND NOT EXISTS (SELECT 1 FROM cassette_releases
                       WHERE step_id = OLD.step_id AND fencing_token = OLD.fencing_token);
 END;
@@ -41,7 +48,7 @@ WHEN NEW.outcome IS NOT 'ABORTED'
              WHERE s.step_id = NEW.step_id AND s.status = 'LEASED'
                AND s.run_id IS NEW.run_id AND s.job_id IS NEW.job_id
                AND s.fencing_token IS NEW.fencing_token AND s.lease_owner IS NEW.worker_id
-               AND s.lease_expires_at <= max(cassette_now_ms(), (SELECT ms FROM cassette_ledger_time)))
+               AND s.lease_expires_at <= cassette_transaction_ms())
 BEGIN
     SELECT RAISE(ABORT, 'LEASE_EXPIRED: the lease expired before the receipt; only ABORTED is accepted');
 END;
@@ -50,7 +57,10 @@ END;
 -- Body: canonical JSON built by SQLite with keys in a fixed order:
 -- {"table":T,"op":"INSERT"|"UPDATE","key":K,"row":{every column, in table order}}
 -- "LIMIT -1 OFFSET 0" keeps SQLite from flattening the subqueries, which would build
--- the body and hash it once per reference instead of once.
+-- the body and hash it once per reference instead of once. The head is read by one
+-- max(seq) probe whose bare chain_hash is the last row's (always one row, NULLs when the
+-- journal is empty); a LEFT JOIN to an ORDER BY ... LIMIT 1 subquery did the same but
+-- materialized a temporary table for every entry.
 
 CREATE TEMP TRIGGER cassette_messages_journal AFTER INSERT ON main.cassette_messages
 BEGIN
@@ -63,8 +73,8 @@ BEGIN
                                'message_id', NEW.message_id, 'run_id', NEW.run_id,
                                'source', NEW.source, 'idempotency_key', NEW.idempotency_key,
                                'payload_json', NEW.payload_json, 'created_at', NEW.created_at)) AS body
-                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+                FROM (SELECT max(seq) AS seq, chain_hash FROM cassette_journal NOT INDEXED) h
+                LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
 
@@ -79,8 +89,8 @@ BEGIN
                                'job_id', NEW.job_id, 'message_id', NEW.message_id,
                                'run_id', NEW.run_id, 'intent', NEW.intent,
                                'ordinal', NEW.ordinal, 'created_at', NEW.created_at)) AS body
-                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+                FROM (SELECT max(seq) AS seq, chain_hash FROM cassette_journal NOT INDEXED) h
+                LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
 
@@ -98,8 +108,8 @@ BEGIN
                                'lease_owner', NEW.lease_owner, 'lease_expires_at', NEW.lease_expires_at,
                                'fencing_token', NEW.fencing_token, 'payload_json', NEW.payload_json,
                                'created_at', NEW.created_at)) AS body
-                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+                FROM (SELECT max(seq) AS seq, chain_hash FROM cassette_journal NOT INDEXED) h
+                LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
 
@@ -117,8 +127,8 @@ BEGIN
                                'lease_owner', NEW.lease_owner, 'lease_expires_at', NEW.lease_expires_at,
                                'fencing_token', NEW.fencing_token, 'payload_json', NEW.payload_json,
                                'created_at', NEW.created_at)) AS body
-                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+                FROM (SELECT max(seq) AS seq, chain_hash FROM cassette_journal NOT INDEXED) h
+                LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
 
@@ -135,8 +145,8 @@ BEGIN
                                'worker_id', NEW.worker_id, 'fencing_token', NEW.fencing_token,
                                'outcome', NEW.outcome, 'receipt_json', NEW.receipt_json,
                                'created_at', NEW.created_at)) AS body
-                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+                FROM (SELECT max(seq) AS seq, chain_hash FROM cassette_journal NOT INDEXED) h
+                LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
 
@@ -152,8 +162,8 @@ BEGIN
                                'run_id', NEW.run_id, 'worker_id', NEW.worker_id,
                                'fencing_token', NEW.fencing_token,
                                'created_at', NEW.created_at)) AS body
-                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+                FROM (SELECT max(seq) AS seq, chain_hash FROM cassette_journal NOT INDEXED) h
+                LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
 
@@ -177,8 +187,8 @@ BEGIN
                                'timestamp', NEW.timestamp, 'metadata_json', NEW.metadata_json,
                                'caused_by', NEW.caused_by, 'rationale', NEW.rationale,
                                'category', NEW.category)) AS body
-                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+                FROM (SELECT max(seq) AS seq, chain_hash FROM cassette_journal NOT INDEXED) h
+                LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
 
@@ -201,8 +211,8 @@ BEGIN
                                'checkpoint_id', NEW.checkpoint_id, 'plan_id', NEW.plan_id,
                                'context_json', NEW.context_json,
                                'created_at', NEW.created_at)) AS body
-                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+                FROM (SELECT max(seq) AS seq, chain_hash FROM cassette_journal NOT INDEXED) h
+                LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
 
@@ -218,8 +228,8 @@ BEGIN
                                'root_hex', NEW.root_hex, 'origin', NEW.origin,
                                'key_id', NEW.key_id, 'note', NEW.note,
                                'created_at', NEW.created_at)) AS body
-                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+                FROM (SELECT max(seq) AS seq, chain_hash FROM cassette_journal NOT INDEXED) h
+                LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
 
@@ -229,7 +239,7 @@ WHEN NEW.act IS 'requeue'
  AND EXISTS (SELECT 1 FROM cassette_steps s
              WHERE s.step_id = NEW.step_id AND s.status = 'LEASED'
                AND s.fencing_token IS NEW.fencing_token
-               AND s.lease_expires_at > cassette_now_ms())
+               AND s.lease_expires_at > cassette_transaction_ms())
 BEGIN
     SELECT RAISE(ABORT, 'LEASE_NOT_EXPIRED: a requeue is attested only after the lease expired');
 END;
@@ -249,8 +259,8 @@ BEGIN
                                'worker_id', NEW.worker_id, 'key_id', NEW.key_id,
                                'signature', NEW.signature,
                                'created_at', NEW.created_at)) AS body
-                FROM (SELECT 1) LEFT JOIN (SELECT seq, chain_hash FROM cassette_journal
-                                           ORDER BY seq DESC LIMIT 1) h LIMIT -1 OFFSET 0) n
+                FROM (SELECT max(seq) AS seq, chain_hash FROM cassette_journal NOT INDEXED) h
+                LIMIT -1 OFFSET 0) n
           LIMIT -1 OFFSET 0) e;
 END;
 
