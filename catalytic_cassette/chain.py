@@ -35,10 +35,14 @@ _INSERTED = COLUMNS[1:]  # action_seq is the ledger's: dense, one more than the 
 _TIMESTAMP = _INSERTED.index("timestamp")
 _METADATA = _INSERTED.index("metadata_json")
 _COST = _INSERTED.index("cost_micros")
-_INSERT = (
-    f"INSERT INTO cassette_actions ({', '.join(_INSERTED)})"
-    f" VALUES ({', '.join('?' for _ in _INSERTED)})"
-)
+_ROW = f"({', '.join('?' for _ in _INSERTED)})"
+_INSERT = f"INSERT INTO cassette_actions ({', '.join(_INSERTED)}) VALUES {_ROW}"
+# A batch goes in chunks of this many rows per INSERT: SQLite allocates and zeroes a frame
+# for each trigger program once per statement and builds a constant IN list once per
+# statement, so rows that share a statement share them (docs/BENCHMARKS.md, "Issue 12,
+# third pass"). The rest of a batch goes row by row.
+_CHUNK = 32
+_INSERT_CHUNK = f"{_INSERT}{(', ' + _ROW) * (_CHUNK - 1)}"
 # An item's validated fields (a new dict, in field order) and its INSERT parameters.
 _Prepared = tuple[dict[str, Any], list[Any]]
 _SUBTREE = f"""
@@ -583,16 +587,29 @@ class CausalChain(LedgerFile):
 
 
 def _insert_together(conn: sqlite3.Connection, rows: list[list[Any]]) -> list[int]:
-    """Insert the rows by one prepared statement (``executemany``); return their seqs.
+    """Insert the rows, ``_CHUNK`` to a statement, the rest by one prepared statement
+    (``executemany``); return their seqs.
 
     SQLite gives a row inserted without its INTEGER PRIMARY KEY one more than the
     largest (and the dense-ids rule of migration 0005 refuses any other), so the rows get
     the seqs after the last one. A refused row leaves the rows before it in the open
-    transaction: how many there are is its index, as the row-by-row path reports it.
+    transaction (a refused chunk statement undoes its own rows first, so its rows are
+    tried again one by one): how many there are is its index, as the row-by-row path
+    reports it.
     """
     last = conn.execute("SELECT coalesce(max(action_seq), 0) FROM cassette_actions").fetchone()[0]
+    whole = len(rows) - len(rows) % _CHUNK
     try:
-        conn.executemany(_INSERT, rows)
+        for start in range(0, whole, _CHUNK):
+            chunk = rows[start : start + _CHUNK]
+            try:
+                conn.execute(_INSERT_CHUNK, [value for row in chunk for value in row])
+            except sqlite3.Error:
+                if not conn.in_transaction:
+                    raise
+                conn.executemany(_INSERT, chunk)  # to name the row
+                raise  # pragma: no cover - the same rows cannot pass one by one
+        conn.executemany(_INSERT, rows[whole:])
     except sqlite3.Error as exc:
         error = translate(exc)
         if conn.in_transaction:  # else SQLite rolled it all back (a full disk): unknown

@@ -1,5 +1,5 @@
-"""The lean append path (issue 12): a batch inserted by one prepared statement gives the
-same rows, journal, returned actions and refusals as the same items appended one by one;
+"""The lean append path (issue 12): a batch inserted by chunks of rows per statement gives
+the same rows, journal, returned actions and refusals as the same items appended one by one;
 ids, field checks and returned values are those of the dataclass path they replace."""
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def append_each(chain: CausalChain, items: list[dict[str, Any]]) -> list[Action]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), count=st.integers(2, 12))
+@given(data=st.data(), count=st.integers(2, 12) | st.integers(30, 100))  # (chunks of 32)
 def test_a_batch_equals_its_items_appended_one_by_one(
     empty_ledger: Path, data: st.DataObject, count: int
 ) -> None:
@@ -146,7 +146,7 @@ SQL_REFUSALS = {
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=st.data(),
-    count=st.integers(2, 8),
+    count=st.integers(2, 8) | st.integers(33, 100),  # a refusal inside a chunk of 32, or after
     refusal=st.sampled_from(sorted(SQL_REFUSALS)),
 )
 def test_a_refused_item_is_named_by_its_index_as_one_by_one(
