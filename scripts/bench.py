@@ -559,11 +559,13 @@ def workload_workers(
 
 
 def claim_plan(conn: sqlite3.Connection) -> list[str]:
-    statement = getattr(cassette_module, "_NEXT_PENDING", RAW_CLAIM)
-    params = {"worker": "w", "expires": 1, "run": RUN}
-    if "?" in statement:
-        rows = conn.execute(f"EXPLAIN QUERY PLAN {statement}", ("w", 1, RUN)).fetchall()
-    else:
+    statement = getattr(cassette_module, "_NEXT_PENDING", None)
+    if statement is None:  # an older package: its UPDATE ... RETURNING
+        rows = conn.execute(f"EXPLAIN QUERY PLAN {RAW_CLAIM}", ("w", 1, RUN)).fetchall()
+    elif "?" in statement:
+        rows = conn.execute(f"EXPLAIN QUERY PLAN {statement}", (RUN,)).fetchall()
+    else:  # named parameters (before issue 12's third pass)
+        params = {"worker": "w", "expires": 1, "run": RUN}
         rows = conn.execute(f"EXPLAIN QUERY PLAN {statement}", params).fetchall()
     return [str(row[-1]) for row in rows]
 
