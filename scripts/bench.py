@@ -937,8 +937,11 @@ def workload_cli(
         def run() -> float:
             worker = ["--worker", "cli"] if "claim" in command else []
             start = time.perf_counter()
-            subprocess.run([*command, *worker], check=True, capture_output=True, env=env)
-            return time.perf_counter() - start
+            done = subprocess.run([*command, *worker], capture_output=True, env=env)
+            elapsed = time.perf_counter() - start
+            if done.returncode != 0:  # say why: the command's own coded line
+                raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr!r}")
+            return elapsed
 
         return run
 
