@@ -11,6 +11,7 @@ on the machine do not inflate as much as wall time).
     python scripts/bench_levers.py --variants base,drop:cassette_journal_grow_tree
     python scripts/bench_levers.py --statements          # CPU per SQL statement of a cycle
     python scripts/bench_levers.py --statements --workloads cycle,fused
+    python scripts/bench_levers.py --python              # the package's own Python per call
 
 Variants: `base`; `ckpt:N` (PRAGMA wal_autocheckpoint = N on the benchmark's connection);
 `page:N` (the copy rebuilt with N-byte pages); `drop:name|name...` (triggers or indexes of
@@ -19,6 +20,9 @@ Workloads: `cycle` (claim + complete, 1 worker), `fused` (the same cycle as the 
 worker loop: one claim, then `complete_and_claim` per cycle), `single` (append_action, one
 per transaction), `batch` (append_actions, batches of 1,000). `--statements` times the
 statements of `cycle` and of `fused`, whichever `--workloads` names (`cycle` by default).
+`--python` times `claim_step`, `complete_step` and `complete_and_claim` with every
+statement answered at once by a stub instead of SQLite: what the package's own Python
+(argument checks, JSON, the transaction object, building the results) costs per call.
 `--warm N` runs N operations before timing, so the WAL is past its first growth (a fresh
 file's WAL grows by appending, which costs more at durability full than reusing it).
 """
@@ -42,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_chain
 
-from catalytic_cassette import MessageCassette
+from catalytic_cassette import MessageCassette, payloads
 from catalytic_cassette import connection as connection_module
 from catalytic_cassette.chain import CausalChain
 
@@ -229,6 +233,49 @@ def statements(args: argparse.Namespace, folder: Path) -> None:
         )
 
 
+class _StubCursor:
+    rowcount = 1
+    lastrowid = 1
+
+    def __init__(self, row: tuple[Any, ...] | None) -> None:
+        self.row = row
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self.row
+
+
+def python_only(args: argparse.Namespace, folder: Path) -> None:
+    """The package's Python per call, SQLite replaced by a stub that answers at once: the
+    ledger time, the next pending step (a payload of this script's size), and an empty
+    cursor for every other statement. Best of --reps runs of --ops calls each."""
+    now = _StubCursor((0,))
+    pending = _StubCursor((7, 7, 7, 0, payloads.dumps(PAYLOAD), 1))
+    other = _StubCursor(None)
+
+    def execute(self: Any, sql: str, parameters: Any = (), /) -> Any:
+        if sql.startswith("SELECT ms"):
+            return now
+        return pending if "fencing_token + 1" in sql else other
+
+    plain = connection_module.CassetteConnection.execute
+    cassette = MessageCassette(folder / "stub.db", durability=args.durability)
+    calls: dict[str, Callable[[], object]] = {
+        "claim_step": lambda: cassette.claim_step(RUN, WORKER, 600),
+        "complete_step": lambda: cassette.complete_step(RUN, 7, WORKER, 1, RECEIPT, "SUCCESS"),
+        "complete_and_claim": lambda: cassette.complete_and_claim(
+            RUN, 7, WORKER, 1, RECEIPT, "SUCCESS", 600
+        ),
+    }
+    setattr(connection_module.CassetteConnection, "execute", execute)  # noqa: B010
+    try:
+        for name, call in calls.items():
+            best = min(timed(args.ops, call)[1] for _ in range(args.reps))
+            print(f"[python] {name:18s} {best:6.1f} us per call outside SQLite")
+    finally:
+        setattr(connection_module.CassetteConnection, "execute", plain)  # noqa: B010
+        cassette.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--durability", choices=["normal", "full"], default="normal")
@@ -238,11 +285,14 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=1500, help="cycles or single appends per rep")
     parser.add_argument("--warm", type=int, default=1500, help="untimed operations first")
     parser.add_argument("--statements", action="store_true", help="CPU per SQL statement")
+    parser.add_argument("--python", action="store_true", help="the package's Python per call")
     args = parser.parse_args()
     args.variants = args.variants.split(",")
     args.workloads = args.workloads.split(",")
     with tempfile.TemporaryDirectory(prefix="levers-") as tmp:
-        if args.statements:
+        if args.python:
+            python_only(args, Path(tmp))
+        elif args.statements:
             statements(args, Path(tmp))
         else:
             levers(args, Path(tmp))

@@ -119,6 +119,15 @@ def test_bench_levers_quick_run_reports_every_variant_and_statement() -> None:
         assert any("INSERT INTO cassette_receipts" in line for line in lines), out
         assert any("UPDATE cassette_steps" in line for line in lines), out
         assert any("us per cycle in all" in line for line in lines), out
+    python = subprocess.run(
+        [sys.executable, script, "--python", "--ops", "50", "--reps", "1"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    for call in ("claim_step", "complete_step", "complete_and_claim"):
+        assert f"[python] {call} " in python and "us per call outside SQLite" in python, python
     commits = [line for line in out.splitlines() if line.endswith("COMMIT")]
     assert [line.split()[1] + " " + line.split()[4] for line in commits] == [
         "cycle x2",
