@@ -419,10 +419,11 @@ class MessageCassette(LedgerFile):
         step is leased as ``claim_step`` leases it (claim order, its own token, an expiry
         ``ttl_seconds`` after the same "now"). Returns ``{"receipt_id", "step_id", "next"}``
         where ``next`` is the new lease as ``claim_step`` returns it, or None when no step
-        of the run is pending. Arguments are checked first, the completion's as
-        ``complete_step`` checks them, then the ttl; a refused call writes nothing (the
-        receipt is not kept without the claim) and raises what ``complete_step`` would.
-        With a worker key, both acts carry their attestations.
+        of the run is pending. Arguments are checked before the transaction, the
+        completion's as ``complete_step`` checks them, then the ttl. A refused call writes
+        nothing: a refused completion raises what ``complete_step`` would, and should the
+        claim be refused, the receipt is undone with it. With a worker key, both acts carry
+        their attestations, as the two calls would.
         """
         item = _prepare_complete(
             run_id, step_id, worker_id, fencing_token, receipt_payload, outcome
