@@ -8,6 +8,7 @@ is reported with its code and fails the test.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import random
@@ -28,6 +29,10 @@ pytestmark = pytest.mark.slow  # multi-process; still part of the default run
 CTX = mp.get_context("spawn")
 RUN = "run-concurrency"
 TIMEOUT = 120  # seconds any single wait on a child may take before the test fails
+# The work of one step in the fused tests. Without it a loop holds the write lock all but a
+# few microseconds, and SQLite's busy handler (sleeps and retries, no queue) may leave one
+# process every step: correct, but then there is no race to test.
+WORK_SECONDS = 0.0002
 
 
 def _failure(error: BaseException) -> str:
@@ -65,8 +70,11 @@ def _step_revisions(conn: sqlite3.Connection) -> dict[int, list[tuple[str, int, 
 # ------------------------------------------------------------------------ workers
 
 
-def claim_complete_worker(path: str, worker_id: str, start: Any, out: Any) -> None:
-    """Claim and complete until the run has no pending step; report what was done."""
+def claim_complete_worker(
+    path: str, worker_id: str, start: Any, out: Any, work_s: float = 0.0
+) -> None:
+    """Claim and complete until the run has no pending step (each step taking ``work_s``
+    seconds of work between the two); report what was done."""
     claimed: list[tuple[int, int]] = []
     completed: list[tuple[int, int, int]] = []
     error = None
@@ -82,6 +90,8 @@ def claim_complete_worker(path: str, worker_id: str, start: Any, out: Any) -> No
                     raise
                 step_id, token = step["step_id"], step["fencing_token"]
                 claimed.append((step_id, token))
+                if work_s:
+                    time.sleep(work_s)
                 receipt_id = cassette.complete_step(
                     RUN, step_id, worker_id, token, {"by": worker_id}, "SUCCESS"
                 )
@@ -91,7 +101,9 @@ def claim_complete_worker(path: str, worker_id: str, start: Any, out: Any) -> No
     out.put({"worker": worker_id, "claimed": claimed, "completed": completed, "error": error})
 
 
-def fused_worker(path: str, worker_id: str, start: Any, out: Any) -> None:
+def fused_worker(
+    path: str, worker_id: str, start: Any, out: Any, work_s: float = WORK_SECONDS
+) -> None:
     """The fused worker loop: claim once, then complete_and_claim until nothing is left."""
     claimed: list[tuple[int, int]] = []
     completed: list[tuple[int, int, int]] = []
@@ -104,10 +116,7 @@ def fused_worker(path: str, worker_id: str, start: Any, out: Any) -> None:
             while step is not None:
                 step_id, token = step["step_id"], step["fencing_token"]
                 claimed.append((step_id, token))
-                # The work, outside any transaction. Without it the loop holds the write
-                # lock all but a few microseconds, and SQLite's busy handler (sleeps, no
-                # queue) may leave one process every step: correct, but nothing to test.
-                time.sleep(0.0002)
+                time.sleep(work_s)  # the work, outside any transaction
                 result = cassette.complete_and_claim(
                     RUN, step_id, worker_id, token, {"by": worker_id}, "SUCCESS", 300
                 )
@@ -188,6 +197,18 @@ def endless_writer(path: str, acks: Connection) -> None:
             )
             acks.send((i, message_id, job_id))
             i += 1
+
+
+def endless_fused_worker(path: str, acks: Connection) -> None:
+    """The fused loop over a long run, acknowledging each step once its call returned."""
+    with MessageCassette(path, durability="normal") as cassette:
+        step = cassette.claim_step(RUN, "fused", 300)
+        while step is not None:
+            result = cassette.complete_and_claim(
+                RUN, step["step_id"], "fused", step["fencing_token"], {"k": 1}, "SUCCESS", 300
+            )
+            acks.send(step["step_id"])
+            step = result["next"]
 
 
 # -------------------------------------------------------------------------- tests
@@ -286,7 +307,10 @@ def test_four_workers_complete_two_thousand_steps_exactly_once(tmp_path: Path) -
 
 @pytest.mark.parametrize(
     "loops",
-    [[fused_worker] * 4, [fused_worker, claim_complete_worker] * 2],
+    [
+        [fused_worker] * 4,
+        [fused_worker, functools.partial(claim_complete_worker, work_s=WORK_SECONDS)] * 2,
+    ],
     ids=["four fused", "two fused, two separate"],
 )
 def test_fused_workers_never_claim_a_step_twice(tmp_path: Path, loops: list[Any]) -> None:
@@ -434,6 +458,58 @@ def test_writer_killed_mid_loop_loses_no_acknowledged_post(tmp_path: Path, kill_
         assert keys == [f"kill-{i}" for i in range(len(keys))]
         assert len(acked) <= len(keys) <= len(acked) + 1
         assert not conn.in_transaction
+        report = cassette.verify_cassette()
+        assert report.ok, report.errors
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+@pytest.mark.parametrize("kill_after", [1, 60, 400])
+def test_a_fused_worker_killed_mid_loop_holds_exactly_one_lease(
+    tmp_path: Path, kill_after: int
+) -> None:
+    """Each fused transaction commits one step and leases the next, so whenever the worker
+    dies it holds exactly one lease: a receipt never commits without the next claim (a
+    kill between two separate transactions would leave none). Acknowledged steps survive."""
+    path = str(tmp_path / "ledger.db")
+    _post_steps(path, 2500)  # 5,000 steps: seconds of work, so the kill lands mid-run
+    receive, send = CTX.Pipe(duplex=False)
+    worker = CTX.Process(target=endless_fused_worker, args=(path, send), name="fused")
+    worker.start()
+    send.close()
+    acked: list[int] = []
+    try:
+        while len(acked) < kill_after:
+            assert receive.poll(TIMEOUT), "the worker stopped acknowledging"
+            acked.append(receive.recv())
+        time.sleep(random.uniform(0, 0.01))  # land the kill somewhere inside a later call
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(TIMEOUT)
+    assert worker.exitcode == -signal.SIGKILL
+    while True:
+        try:
+            acked.append(receive.recv())
+        except EOFError:
+            break
+    receive.close()
+
+    with MessageCassette(path) as cassette:
+        conn = cassette.conn
+        leased = conn.execute(
+            "SELECT step_id, lease_owner FROM cassette_steps WHERE status = 'LEASED'"
+        ).fetchall()
+        committed = [
+            row[0]
+            for row in conn.execute(
+                "SELECT step_id FROM cassette_steps WHERE status = 'COMMITTED' ORDER BY step_id"
+            )
+        ]
+        assert len(leased) == 1 and leased[0][1] == "fused", leased
+        # Claim order is step order here: what committed is a prefix, then the one lease.
+        assert committed == list(range(1, len(committed) + 1))
+        assert leased[0][0] == len(committed) + 1
+        assert set(acked) <= set(committed)
+        assert len(acked) <= len(committed) <= len(acked) + 1
         report = cassette.verify_cassette()
         assert report.ok, report.errors
 
