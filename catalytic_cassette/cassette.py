@@ -29,38 +29,54 @@ MAX_TTL_SECONDS = 30 * 24 * 3600
 # here plus one and the caller's expiry. One UPDATE ... RETURNING did the same, but its
 # RETURNING cost more than the second statement (docs/BENCHMARKS.md, "Issue 12, second
 # pass"). A signed claim's attestation names the step and token between the two.
+# Parameters are positional: binding a tuple costs less than a dict of names.
 _NEXT_PENDING = """
 SELECT step_id, job_id, message_id, ordinal, payload_json, fencing_token + 1
   FROM cassette_steps
- WHERE run_id = :run AND status = 'PENDING'
+ WHERE run_id = ? AND status = 'PENDING'
  ORDER BY message_id, job_ordinal, ordinal LIMIT 1
 """
 
 _CLAIM_STEP = """
 UPDATE cassette_steps
-   SET status = 'LEASED', lease_owner = :worker, lease_expires_at = :expires,
+   SET status = 'LEASED', lease_owner = ?, lease_expires_at = ?,
        fencing_token = fencing_token + 1
- WHERE step_id = :step
+ WHERE step_id = ?
 """
 
+# Bound as (run, worker, token, outcome, receipt, now, step).
 _COMPLETE = """
 INSERT INTO cassette_receipts
     (step_id, job_id, run_id, worker_id, fencing_token, outcome, receipt_json, created_at)
-SELECT step_id, job_id, :run, :worker, :token, :outcome, :receipt, :now
-  FROM cassette_steps WHERE step_id = :step
+SELECT step_id, job_id, ?, ?, ?, ?, ?, ?
+  FROM cassette_steps WHERE step_id = ?
 """
+
+# A completion checked and encoded: (run_id, step_id, worker_id, token, outcome, receipt).
+_Completion = tuple[str, int, str, int, str, str]
+_MAX_NAME = payloads.MAX_NAME_LENGTH
+_INT64_MIN, _INT64_MAX = payloads.INT64_MIN, payloads.INT64_MAX
 
 
 def _name(value: Any, code: ErrorCode, what: str) -> str:
+    # The common case first: ASCII text of the right length holds no lone surrogate, so
+    # there is nothing to encode; anything else takes the full checks, with their codes.
+    if type(value) is str and 0 < len(value) <= _MAX_NAME and value.isascii():
+        return value
     if not isinstance(value, str) or not 1 <= len(value) <= payloads.MAX_NAME_LENGTH:
         raise CassetteError(code, f"{what} must be a string of 1-200 characters")
     return payloads.require_text(value, code, what)
 
 
-_integer = payloads.require_int64
+def _integer(value: Any, code: ErrorCode, what: str) -> int:
+    if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:  # not a bool: type is int
+        return value
+    return payloads.require_int64(value, code, what)
 
 
 def _ttl_ms(ttl_seconds: Any) -> int:
+    if type(ttl_seconds) is int and 1 <= ttl_seconds <= MAX_TTL_SECONDS:
+        return ttl_seconds * 1000  # whole seconds: what the checks below give for them
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)):
         raise CassetteError(
             ErrorCode.INVALID_TTL, f"ttl must be a number of seconds: {ttl_seconds!r}"
@@ -106,7 +122,7 @@ def _indexed(index: int, count: int, call: Callable[..., T], *args: Any) -> T:
 
 def _prepare_complete(
     run_id: str, step_id: int, worker_id: str, token: int, receipt: dict[str, Any], outcome: str
-) -> dict[str, Any]:
+) -> _Completion:
     _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
     _integer(step_id, ErrorCode.STEP_NOT_FOUND, "step_id")
     _name(worker_id, ErrorCode.INVALID_WORKER, "worker_id")
@@ -115,13 +131,28 @@ def _prepare_complete(
         raise CassetteError(
             ErrorCode.INVALID_OUTCOME, f"outcome must be one of {', '.join(OUTCOMES)}"
         )
+    return (
+        run_id,
+        step_id,
+        worker_id,
+        token,
+        outcome,
+        payloads.encode_object(receipt, "receipt"),
+    )
+
+
+def _lease(row: tuple[Any, ...], expires: int, run_id: str, worker_id: str) -> dict[str, Any]:
+    """What a claim returns for one leased row of ``_NEXT_PENDING``."""
     return {
-        "run": run_id,
-        "step": step_id,
-        "worker": worker_id,
-        "token": token,
-        "outcome": outcome,
-        "receipt": payloads.encode_object(receipt, "receipt"),
+        "step_id": row[0],
+        "job_id": row[1],
+        "message_id": row[2],
+        "ordinal": row[3],
+        "payload": payloads.loads(row[4]),
+        "fencing_token": row[5],
+        "lease_expires_at": expires,
+        "run_id": run_id,
+        "worker_id": worker_id,
     }
 
 
@@ -317,38 +348,41 @@ class MessageCassette(LedgerFile):
         with self.write() as conn:
             now = self.ledger_now(conn)
             expires = now + ttl
-            params = {"worker": worker_id, "expires": expires, "run": run_id}
             for _ in range(n):
-                row = conn.execute(_NEXT_PENDING, params).fetchone()
+                row = self._claim_next(conn, run_id, worker_id, now, expires, signer)
                 if row is None:
                     break
-                if signer is not None:  # the attestation names the lease before it exists
-                    attest(
-                        conn,
-                        signer,
-                        "claim",
-                        run_id=run_id,
-                        at=now,
-                        step_id=row[0],
-                        fencing_token=row[5],
-                        lease_expires_at=expires,
-                    )
-                conn.execute(_CLAIM_STEP, {**params, "step": row[0]})
                 leased.append(row)
-        return [  # decoded after the commit: the write lock is held no longer than needed
-            {
-                "step_id": row[0],
-                "job_id": row[1],
-                "message_id": row[2],
-                "ordinal": row[3],
-                "payload": payloads.loads(row[4]),
-                "fencing_token": row[5],
-                "lease_expires_at": expires,
-                "run_id": run_id,
-                "worker_id": worker_id,
-            }
-            for row in leased
-        ]
+        # decoded after the commit: the write lock is held no longer than needed
+        return [_lease(row, expires, run_id, worker_id) for row in leased]
+
+    @staticmethod
+    def _claim_next(
+        conn: sqlite3.Connection,
+        run_id: str,
+        worker_id: str,
+        now: int,
+        expires: int,
+        signer: WorkerKey | None,
+    ) -> tuple[Any, ...] | None:
+        """Lease the run's next PENDING step inside the caller's transaction; its row, or
+        None when no step is pending."""
+        row: tuple[Any, ...] | None = conn.execute(_NEXT_PENDING, (run_id,)).fetchone()
+        if row is None:
+            return None
+        if signer is not None:  # the attestation names the lease before it exists
+            attest(
+                conn,
+                signer,
+                "claim",
+                run_id=run_id,
+                at=now,
+                step_id=row[0],
+                fencing_token=row[5],
+                lease_expires_at=expires,
+            )
+        conn.execute(_CLAIM_STEP, (worker_id, expires, row[0]))
+        return row
 
     # ------------------------------------------------------------- completes
 
@@ -362,9 +396,50 @@ class MessageCassette(LedgerFile):
         outcome: str,
     ) -> int:
         """Insert the step's one receipt (which commits it); return the receipt_id."""
-        return self.complete_steps(
-            [(run_id, step_id, worker_id, fencing_token, receipt_payload, outcome)]
-        )[0]
+        item = _prepare_complete(
+            run_id, step_id, worker_id, fencing_token, receipt_payload, outcome
+        )
+        self._signing_as(worker_id)
+        with self.write() as conn:
+            return self._insert_receipt(conn, item, self.ledger_now(conn))
+
+    def complete_and_claim(
+        self,
+        run_id: str,
+        step_id: int,
+        worker_id: str,
+        fencing_token: int,
+        receipt_payload: dict[str, Any],
+        outcome: str,
+        ttl_seconds: float = 300,
+    ) -> dict[str, Any]:
+        """Complete a leased step and lease this worker's next step, in one transaction.
+
+        The receipt is written as ``complete_step`` writes it, then the run's next PENDING
+        step is leased as ``claim_step`` leases it (claim order, its own token, an expiry
+        ``ttl_seconds`` after the same "now"). Returns ``{"receipt_id", "step_id", "next"}``
+        where ``next`` is the new lease as ``claim_step`` returns it, or None when no step
+        of the run is pending. Arguments are checked before the transaction, the
+        completion's as ``complete_step`` checks them, then the ttl. A refused call writes
+        nothing: a refused completion raises what ``complete_step`` would, and should the
+        claim be refused, the receipt is undone with it. With a worker key, both acts carry
+        their attestations, as the two calls would.
+        """
+        item = _prepare_complete(
+            run_id, step_id, worker_id, fencing_token, receipt_payload, outcome
+        )
+        signer = self._signing_as(worker_id)
+        ttl = _ttl_ms(ttl_seconds)
+        with self.write() as conn:
+            now = self.ledger_now(conn)
+            receipt_id = self._insert_receipt(conn, item, now)
+            expires = now + ttl
+            row = self._claim_next(conn, run_id, worker_id, now, expires, signer)
+        return {
+            "receipt_id": receipt_id,
+            "step_id": step_id,
+            "next": None if row is None else _lease(row, expires, run_id, worker_id),
+        }
 
     def complete_steps(
         self, items: list[tuple[str, int, str, int, dict[str, Any], str]]
@@ -374,36 +449,39 @@ class MessageCassette(LedgerFile):
             _indexed(index, len(items), _prepare_complete, *item)
             for index, item in enumerate(items)
         ]
-        for index, params in enumerate(prepared):
-            _indexed(index, len(prepared), self._signing_as, params["worker"])
+        for index, item in enumerate(prepared):
+            _indexed(index, len(prepared), self._signing_as, item[2])
         receipt_ids: list[int] = []
         with self.write() as conn:
             now = self.ledger_now(conn)
-            for index, params in enumerate(prepared):
+            for index, item in enumerate(prepared):
                 receipt_ids.append(
-                    _indexed(index, len(prepared), self._insert_receipt, conn, params, now)
+                    _indexed(index, len(prepared), self._insert_receipt, conn, item, now)
                 )
         return receipt_ids
 
-    def _insert_receipt(self, conn: sqlite3.Connection, params: dict[str, Any], now: int) -> int:
+    def _insert_receipt(self, conn: sqlite3.Connection, item: _Completion, now: int) -> int:
+        run_id, step_id, worker_id, token, outcome, receipt = item
         if self.worker_key is not None:
             attest(
                 conn,
                 self.worker_key,
                 "complete",
-                run_id=params["run"],
+                run_id=run_id,
                 at=now,
-                step_id=params["step"],
-                fencing_token=params["token"],
-                outcome=params["outcome"],
-                receipt_sha256=sha256_text(params["receipt"]),
+                step_id=step_id,
+                fencing_token=token,
+                outcome=outcome,
+                receipt_sha256=sha256_text(receipt),
             )
         try:
-            inserted = conn.execute(_COMPLETE, {**params, "now": now})
+            inserted = conn.execute(
+                _COMPLETE, (run_id, worker_id, token, outcome, receipt, now, step_id)
+            )
         except sqlite3.Error as exc:
             raise translate(exc) from exc
         if inserted.rowcount == 0:
-            raise CassetteError(ErrorCode.STEP_NOT_FOUND, f"no step {params['step']}")
+            raise CassetteError(ErrorCode.STEP_NOT_FOUND, f"no step {step_id}")
         return _made(inserted)
 
     # -------------------------------------------------------------- requeues

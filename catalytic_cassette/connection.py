@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from . import safe_files, sqlfiles
@@ -356,24 +357,58 @@ def connect_reader(
     return conn
 
 
-@contextmanager
-def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE ... COMMIT; any exception rolls back and is translated."""
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as exc:
-        raise _busy_or_translate(conn, exc) from exc
-    try:
-        yield conn
-        conn.execute("COMMIT")
-    except BaseException as exc:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        if isinstance(exc, sqlite3.Error):
+class write_transaction:  # lower case: it is used as a function, `with write_transaction(conn)`
+    """BEGIN IMMEDIATE ... COMMIT; any exception rolls back and is translated.
+
+    ``after`` runs once the COMMIT returned (the automatic seal of ``LedgerFile.write``).
+    A class rather than a ``@contextmanager`` generator: every write of the package enters
+    one, and a generator's two layers cost about 2 us per transaction (docs/BENCHMARKS.md,
+    "Issue 12, third pass").
+    """
+
+    __slots__ = ("_after", "_conn")
+
+    def __init__(self, conn: sqlite3.Connection, after: Callable[[], object] | None = None) -> None:
+        self._conn = conn
+        self._after = after
+
+    def __enter__(self) -> sqlite3.Connection:
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
             raise _busy_or_translate(conn, exc) from exc
-        raise
-    finally:
-        _unpin(conn)
+        return conn
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn = self._conn
+        try:
+            if exc is not None:
+                _roll_back(conn, exc)
+                return
+            try:
+                conn.execute("COMMIT")
+            except BaseException as failed:
+                _roll_back(conn, failed)
+                raise
+        finally:
+            _unpin(conn)  # the transaction's time ends with it
+        if self._after is not None:
+            self._after()
+
+
+def _roll_back(conn: sqlite3.Connection, exc: BaseException) -> None:
+    """Undo the open transaction; a sqlite3 error becomes its CassetteError (raised from
+    it), anything else is left for the caller to re-raise."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+    if isinstance(exc, sqlite3.Error):
+        raise _busy_or_translate(conn, exc) from exc
 
 
 @contextmanager

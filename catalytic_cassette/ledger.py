@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
@@ -69,11 +67,11 @@ class LedgerFile:
         """The time a write is dated with, inside its transaction (``connection.ledger_now``)."""
         return ledger_now(conn, self.clock)
 
-    @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self) -> write_transaction:
         """One write transaction; once it commits, the automatic seal (if any) runs."""
-        with write_transaction(self.conn) as conn:
-            yield conn
+        return write_transaction(self.conn, None if self.auto_seal is None else self._sealed)
+
+    def _sealed(self) -> None:
         if self.auto_seal is not None:
             self.auto_seal.after_write(self.conn, self.now_ms())
 

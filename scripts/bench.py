@@ -8,8 +8,9 @@ NORMAL (journal mode WAL). The setup is printed first and a table of targets las
     python scripts/bench.py --quick                  # seconds; what the test suite runs
     python scripts/bench.py --json results.json      # also write every result as JSON
 
-Workloads: 1 post_message; 2 claim + complete, 1 worker, vs raw sqlite3 and huey;
-3 the same with 2 and 4 worker processes; 4 claim latency with 1k, 100k and 1M pending
+Workloads: 1 post_message; 2 claim + complete, 1 worker, vs raw sqlite3 and huey, as
+separate calls and as the fused worker loop (complete_and_claim); 3 both loops with 1, 2
+and 4 worker processes; 4 claim latency with 1k, 100k and 1M pending
 steps; 5 append_action (the code of scripts/bench_chain.py); 6 verify rows/s and peak
 RSS; 7 the `cassette claim` command as a process; 8 bytes on disk per record.
 """
@@ -365,13 +366,98 @@ CYCLE_EXPLAINED = """\
            complete_step = 1 transaction: INSERT the receipt (guards, 1 journal row), whose
            trigger UPDATEs the step to COMMITTED (guards, 1 journal row). 2 commits, 3
            journal rows, every row kept.
+    ours fused: the worker loop: one claim_step, then complete_and_claim until no step is
+           left: 1 transaction per cycle holding the same statements (the receipt INSERT
+           with its step UPDATE, then the next step's SELECT and UPDATE) and the same 3
+           journal rows. 1 commit per cycle.
     raw  : the same two transactions on the same tables and indexes without triggers or
            journal: UPDATE ... WHERE step_id = (SELECT ... LIMIT 1) RETURNING; then INSERT
            receipt + UPDATE step. 2 commits. The physical limit of SQLite here.
+    raw fused: the same three statements as raw in one transaction per cycle (receipt
+           INSERT, step UPDATE, then the next claim's UPDATE ... RETURNING). 1 commit.
     huey : what its worker loop does per task: dequeue = BEGIN EXCLUSIVE, SELECT + DELETE of
            the task row, COMMIT; execute = unpickle, run the no-op task, pop the revoke flag
            (a BEGIN EXCLUSIVE transaction that writes nothing), INSERT OR REPLACE the pickled
-           result, COMMIT. 2 writing commits; no lease, no token, the task row is deleted."""
+           result, COMMIT. 2 writing commits; no lease, no token, the task row is deleted.
+  each line gives cycles/s of wall time and the CPU time of this process per cycle."""
+
+
+def separate_loop(cassette: MessageCassette, worker: str) -> list[int]:
+    """claim_step and complete_step until the run has no pending step; the steps done."""
+    done: list[int] = []
+    while True:
+        try:
+            step = cassette.claim_step(RUN, worker, TTL_SECONDS)
+        except CassetteError as error:
+            if error.code is ErrorCode.NO_PENDING_STEPS:
+                return done
+            raise
+        cassette.complete_step(
+            RUN, step["step_id"], worker, step["fencing_token"], RECEIPT, "SUCCESS"
+        )
+        done.append(step["step_id"])
+
+
+def fused_loop(cassette: MessageCassette, worker: str) -> list[int]:
+    """The worker loop: one claim, then complete_and_claim until no step is left."""
+    done: list[int] = []
+    leased = cassette.claim_steps(RUN, worker, 1, TTL_SECONDS)
+    step = leased[0] if leased else None
+    while step is not None:
+        step_id = step["step_id"]
+        step = cassette.complete_and_claim(
+            RUN, step_id, worker, step["fencing_token"], RECEIPT, "SUCCESS", TTL_SECONDS
+        )["next"]
+        done.append(step_id)
+    return done
+
+
+LOOPS: dict[str, Callable[[MessageCassette, str], list[int]]] = {
+    "fused": fused_loop,
+    "separate": separate_loop,
+}
+
+
+def raw_separate_loop(conn: sqlite3.Connection, worker: str) -> int:
+    """The raw side of the separate calls: claim, then complete, two transactions."""
+    done = 0
+    while (claimed := raw_claim(conn, worker)) is not None:
+        raw_complete(conn, claimed[0], claimed[1], worker, claimed[2])
+        done += 1
+    return done
+
+
+def raw_fused_loop(conn: sqlite3.Connection, worker: str) -> int:
+    """The raw side of the fused loop: the receipt, the step's commit and the next claim
+    in one transaction. Returns the number of cycles."""
+    claimed = raw_claim(conn, worker)
+    done = 0
+    while claimed is not None:
+        step, job, token = claimed[0], claimed[1], claimed[2]
+        conn.execute("BEGIN IMMEDIATE")
+        now = now_ms()
+        conn.execute(RAW_RECEIPT, (step, job, RUN, worker, token, canonical(RECEIPT), now))
+        conn.execute(RAW_COMMIT_STEP, (step,))
+        row = conn.execute(RAW_CLAIM, (worker, now + TTL_SECONDS * 1000, RUN)).fetchone()
+        conn.execute("COMMIT")
+        claimed = None if row is None else (row[0], row[1], row[2], json.loads(row[3]))
+        done += 1
+    return done
+
+
+class Stopwatch:
+    """Wall and CPU time (of this process) of the code inside ``with``."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
 
 
 def workload_cycle(
@@ -379,64 +465,96 @@ def workload_cycle(
 ) -> None:
     count = args.cycles
     trial = [0]
+    cpu: dict[str, list[float]] = {}
 
-    def ours() -> float:
+    def contender(name: str, run: Callable[[Stopwatch], int]) -> Callable[[], float]:
+        """cycles/s of wall time; the CPU time per cycle goes to ``cpu[name]``. ``run``
+        times only the cycles (not the copy of the file or the enqueueing)."""
+
+        def measured() -> float:
+            watch = Stopwatch()
+            done = run(watch)
+            assert done == count, (name, done)
+            cpu.setdefault(name, []).append(watch.cpu / done * 1e6)
+            return done / watch.wall
+
+        return measured
+
+    def ours(loop: Callable[[MessageCassette, str], list[int]]) -> Callable[[Stopwatch], int]:
+        def run(watch: Stopwatch) -> int:
+            trial[0] += 1
+            path = fresh_copy(templates.ours(count), scratch / f"cycle-ours-{trial[0]}.db")
+            with MessageCassette(path, durability=durability) as cassette, watch:
+                return len(loop(cassette, WORKER))
+
+        return run
+
+    def raw(loop: Callable[[sqlite3.Connection, str], int]) -> Callable[[Stopwatch], int]:
+        def run(watch: Stopwatch) -> int:
+            trial[0] += 1
+            path = fresh_copy(templates.raw(count), scratch / f"cycle-raw-{trial[0]}.db")
+            conn = raw_connect(path, durability)
+            try:
+                with watch:
+                    return loop(conn, WORKER)
+            finally:
+                conn.close()
+
+        return run
+
+    def huey(watch: Stopwatch) -> int:
         trial[0] += 1
-        path = fresh_copy(templates.ours(count), scratch / f"cycle-ours-{trial[0]}.db")
-        with MessageCassette(path, durability=durability) as cassette:
-            start = time.perf_counter()
-            for _ in range(count):
-                step = cassette.claim_step(RUN, WORKER, TTL_SECONDS)
-                cassette.complete_step(
-                    RUN, step["step_id"], WORKER, step["fencing_token"], RECEIPT, "SUCCESS"
-                )
-            return float(count / (time.perf_counter() - start))
-
-    def raw() -> float:
-        path = fresh_copy(templates.raw(count), scratch / f"cycle-raw-{trial[0]}.db")
-        conn = raw_connect(path, durability)
-        try:
-            start = time.perf_counter()
-            for _ in range(count):
-                claimed = raw_claim(conn, WORKER)
-                assert claimed is not None
-                raw_complete(conn, claimed[0], claimed[1], WORKER, claimed[2])
-            return float(count / (time.perf_counter() - start))
-        finally:
-            conn.close()
-
-    def huey() -> float:
         queue, task = make_huey(scratch / f"cycle-huey-{durability}-{trial[0]}.db", durability)
         for _ in range(count):
             task(PAYLOAD)
-        start = time.perf_counter()
-        for _ in range(count):
-            item = queue.dequeue()
-            assert item is not None
-            queue.execute(item)
-        elapsed = time.perf_counter() - start
+        with watch:
+            for _ in range(count):
+                item = queue.dequeue()
+                assert item is not None
+                queue.execute(item)
         stored = queue.storage.conn.execute("SELECT count(*) FROM kv").fetchone()[0]
         assert stored == count, stored
         queue.storage.close()
-        return float(count / elapsed)
+        return count
 
-    contenders: dict[str, Callable[[], float]] = {"ours": ours, "raw": raw}
+    contenders = {
+        "ours": contender("ours", ours(separate_loop)),
+        "ours fused": contender("ours fused", ours(fused_loop)),
+        "raw": contender("raw", raw(raw_separate_loop)),
+        "raw fused": contender("raw fused", raw(raw_fused_loop)),
+    }
     if args.huey:
-        contenders["huey"] = huey
+        contenders["huey"] = contender("huey", huey)
     results = interleave(contenders, args.reps)
     tag = f"[{durability}]"
     for name, samples in results.items():
-        out(f"{tag:8s} claim+complete cycles, 1 worker, {name:4s}: {rate_line(samples)}")
-    value = ratio(results, "ours", "raw")
-    verdict = report.target(f"2. claim+complete ours/raw [{durability}]", value, ">=", 0.5)
-    out(f"{tag:8s}   ratio ours/raw = {value:.2f} {verdict}")
+        out(
+            f"{tag:8s} claim+complete cycles, 1 worker, {name:10s}: {rate_line(samples)},"
+            f" cpu {statistics.median(cpu[name]):,.0f} us/cycle"
+        )
     report.put("2_cycle", durability, "samples_per_s", results)
-    report.put("2_cycle", durability, "ratio_ours_raw", value)
+    report.put("2_cycle", durability, "cpu_us_per_cycle", cpu)
+    for mine, theirs, label in (
+        ("ours", "raw", "claim+complete ours/raw"),
+        ("ours fused", "raw fused", "fused worker loop ours/raw fused"),
+    ):
+        value = ratio(results, mine, theirs)
+        verdict = report.target(f"2. {label} [{durability}]", value, ">=", 0.5)
+        out(f"{tag:8s}   ratio {mine}/{theirs} = {value:.2f} {verdict}")
+        report.put("2_cycle", durability, f"ratio_{mine}_{theirs}".replace(" ", "_"), value)
+    value = ratio(results, "ours fused", "ours")
+    out(f"{tag:8s}   ratio ours fused/ours (separate calls) = {value:.2f}")
+    report.put("2_cycle", durability, "ratio_fused_separate", value)
     if "huey" in results:
-        value = ratio(results, "ours", "huey")
-        verdict = report.target(f"2. claim+complete ours/huey [{durability}]", value, ">=", 1.0)
-        out(f"{tag:8s}   ratio ours/huey = {value:.2f} {verdict}")
-        report.put("2_cycle", durability, "ratio_ours_huey", value)
+        for mine, label in (("ours", "claim+complete"), ("ours fused", "fused worker loop")):
+            value = ratio(results, mine, "huey")
+            verdict = report.target(f"2. {label} ours/huey [{durability}]", value, ">=", 1.0)
+            cpu_ratio = statistics.median(cpu["huey"]) / statistics.median(cpu[mine])
+            out(
+                f"{tag:8s}   ratio {mine}/huey = {value:.2f} {verdict};"
+                f" CPU per cycle huey/{mine} = {cpu_ratio:.2f}"
+            )
+            report.put("2_cycle", durability, f"ratio_{mine}_huey".replace(" ", "_"), value)
     else:
         out(f"{tag:8s}   huey: {args.huey_status}")
 
@@ -444,37 +562,26 @@ def workload_cycle(
 # ---------------------------------------------------- 3. several worker processes
 
 
-def cycle_worker(db: str, durability: str, worker: str, go: Any, results: Any) -> None:
-    """A worker process: claim and complete until the run has no pending step."""
+def cycle_worker(db: str, durability: str, worker: str, loop: str, go: Any, results: Any) -> None:
+    """A worker process: run ``LOOPS[loop]`` until the run has no pending step."""
     try:
         with MessageCassette(db, durability=durability) as cassette:
             results.put(("ready", worker, None, 0.0))
             go.wait(timeout=120)
-            done: list[int] = []
-            while True:
-                try:
-                    step = cassette.claim_step(RUN, worker, TTL_SECONDS)
-                except CassetteError as error:
-                    if error.code is ErrorCode.NO_PENDING_STEPS:
-                        break
-                    raise
-                cassette.complete_step(
-                    RUN, step["step_id"], worker, step["fencing_token"], RECEIPT, "SUCCESS"
-                )
-                done.append(step["step_id"])
+            done = LOOPS[loop](cassette, worker)
             results.put(("done", worker, done, time.monotonic()))
     except BaseException:
         results.put(("error", worker, traceback.format_exc(), 0.0))
 
 
-def run_workers(path: Path, durability: str, workers: int) -> tuple[float, list[int]]:
+def run_workers(path: Path, durability: str, workers: int, loop: str) -> tuple[float, list[int]]:
     """Start the processes, release them together; return (steps/s, steps per worker)."""
     context = multiprocessing.get_context("spawn")
     go = context.Event()
     results = context.Queue()
     names = [f"worker-{n + 1}" for n in range(workers)]
     processes = [
-        context.Process(target=cycle_worker, args=(str(path), durability, name, go, results))
+        context.Process(target=cycle_worker, args=(str(path), durability, name, loop, go, results))
         for name in names
     ]
     for process in processes:
@@ -525,30 +632,39 @@ def check_exactly_once(path: Path, expected: int) -> str:
 def workload_workers(
     report: Report, scratch: Path, templates: Templates, durability: str, args: argparse.Namespace
 ) -> None:
+    """Each loop (the fused worker loop and the separate calls) with 1, 2 and 4 processes,
+    interleaved; every trial is checked: no step claimed twice, one receipt per step."""
     count = args.mp_steps
     counts = (1, 2, 4)
-    results: Samples = {str(n): [] for n in counts}
-    balance: dict[str, list[int]] = {}
+    results: dict[str, Samples] = {loop: {str(n): [] for n in counts} for loop in LOOPS}
+    balance: dict[str, dict[str, list[int]]] = {loop: {} for loop in LOOPS}
     checked = ""
     for rep in range(args.reps):
         for workers in counts:
-            path = fresh_copy(templates.ours(count), scratch / f"mp-{workers}-{rep}.db")
-            rate, per_worker = run_workers(path, durability, workers)
-            checked = check_exactly_once(path, count)
-            results[str(workers)].append(rate)
-            balance[str(workers)] = per_worker
+            for loop in LOOPS:
+                path = fresh_copy(templates.ours(count), scratch / f"mp-{loop}-{workers}-{rep}.db")
+                rate, per_worker = run_workers(path, durability, workers, loop)
+                checked = check_exactly_once(path, count)
+                results[loop][str(workers)].append(rate)
+                balance[loop][str(workers)] = per_worker
     tag = f"[{durability}]"
-    base = statistics.median(results["1"])
-    for workers in counts:
-        samples = results[str(workers)]
-        split = "/".join(str(n) for n in balance[str(workers)])
-        out(
-            f"{tag:8s} claim+complete, {workers} worker process(es): {rate_line(samples)}"
-            f"  x{statistics.median(samples) / base:.2f} of 1 worker; last split {split}"
+    for loop in LOOPS:
+        base = statistics.median(results[loop]["1"])
+        for workers in counts:
+            samples = results[loop][str(workers)]
+            split = "/".join(str(n) for n in balance[loop][str(workers)])
+            out(
+                f"{tag:8s} claim+complete, {loop} loop, {workers} worker process(es):"
+                f" {rate_line(samples)}  x{statistics.median(samples) / base:.2f} of 1 worker;"
+                f" last split {split}"
+            )
+        value = statistics.median(results[loop]["4"]) / base
+        verdict = report.target(
+            f"3. 4 worker processes / 1 worker, {loop} loop [{durability}]", value, ">=", 1.0
         )
-    value = statistics.median(results["4"]) / base
-    verdict = report.target(f"3. 4 worker processes / 1 worker [{durability}]", value, ">=", 1.0)
-    out(f"{tag:8s}   4 processes / 1 = {value:.2f} {verdict}")
+        out(f"{tag:8s}   {loop} loop: 4 processes / 1 = {value:.2f} {verdict}")
+    value = statistics.median(results["fused"]["1"]) / statistics.median(results["separate"]["1"])
+    out(f"{tag:8s}   1 process, fused loop / separate calls = {value:.2f}")
     out(f"{tag:8s}   no step claimed twice, in every trial: {checked}")
     report.check(f"3. no step claimed twice [{durability}]", True, checked)
     report.put("3_workers", durability, "samples_per_s", results)
@@ -559,11 +675,13 @@ def workload_workers(
 
 
 def claim_plan(conn: sqlite3.Connection) -> list[str]:
-    statement = getattr(cassette_module, "_NEXT_PENDING", RAW_CLAIM)
-    params = {"worker": "w", "expires": 1, "run": RUN}
-    if "?" in statement:
-        rows = conn.execute(f"EXPLAIN QUERY PLAN {statement}", ("w", 1, RUN)).fetchall()
-    else:
+    statement = getattr(cassette_module, "_NEXT_PENDING", None)
+    if statement is None:  # an older package: its UPDATE ... RETURNING
+        rows = conn.execute(f"EXPLAIN QUERY PLAN {RAW_CLAIM}", ("w", 1, RUN)).fetchall()
+    elif "?" in statement:
+        rows = conn.execute(f"EXPLAIN QUERY PLAN {statement}", (RUN,)).fetchall()
+    else:  # named parameters (before issue 12's third pass)
+        params = {"worker": "w", "expires": 1, "run": RUN}
         rows = conn.execute(f"EXPLAIN QUERY PLAN {statement}", params).fetchall()
     return [str(row[-1]) for row in rows]
 
@@ -819,8 +937,11 @@ def workload_cli(
         def run() -> float:
             worker = ["--worker", "cli"] if "claim" in command else []
             start = time.perf_counter()
-            subprocess.run([*command, *worker], check=True, capture_output=True, env=env)
-            return time.perf_counter() - start
+            done = subprocess.run([*command, *worker], capture_output=True, env=env)
+            elapsed = time.perf_counter() - start
+            if done.returncode != 0:  # say why: the command's own coded line
+                raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr!r}")
+            return elapsed
 
         return run
 
@@ -1083,11 +1204,12 @@ def main() -> None:
                 lambda d: workload_post(report, scratch, templates, d, args),
             ),
             (
-                f"2. claim + complete cycle, 1 worker ({args.cycles:,} per rep)",
+                f"2. claim + complete cycle, 1 worker, separate calls and the fused worker loop"
+                f" ({args.cycles:,} per rep)",
                 lambda d: workload_cycle(report, scratch, templates, d, args),
             ),
             (
-                f"3. claim + complete with 1, 2 and 4 worker processes (spawn;"
+                f"3. claim + complete with 1, 2 and 4 worker processes, fused and separate (spawn;"
                 f" {args.mp_steps:,} steps per run, total throughput)",
                 lambda d: workload_workers(report, scratch, templates, d, args),
             ),

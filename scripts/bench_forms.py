@@ -90,9 +90,8 @@ def claim_forms(cassette: MessageCassette) -> dict[str, Form]:
         conn.execute(CLAIM_RETURNING, params).fetchone()
 
     def read_then_update(conn: Any, now: int) -> None:
-        params = {"worker": WORKER, "expires": now + 600_000, "run": RUN}
-        row = conn.execute(cassette_module._NEXT_PENDING, params).fetchone()
-        conn.execute(cassette_module._CLAIM_STEP, {**params, "step": row[0]})
+        row = conn.execute(cassette_module._NEXT_PENDING, (RUN,)).fetchone()
+        conn.execute(cassette_module._CLAIM_STEP, (WORKER, now + 600_000, row[0]))
 
     return {
         "UPDATE ... RETURNING": in_transaction(cassette, returning),
@@ -103,17 +102,9 @@ def claim_forms(cassette: MessageCassette) -> dict[str, Form]:
 def complete_forms(cassette: MessageCassette) -> dict[str, Form]:
     leased: list[dict[str, Any]] = []  # filled before each timed block (see measure)
 
-    def params(now: int) -> dict[str, Any]:
+    def params(now: int) -> tuple[Any, ...]:  # in the order of _COMPLETE's placeholders
         step = leased.pop()
-        return {
-            "run": RUN,
-            "step": step["step_id"],
-            "worker": WORKER,
-            "token": step["fencing_token"],
-            "outcome": "SUCCESS",
-            "receipt": RECEIPT,
-            "now": now,
-        }
+        return (RUN, WORKER, step["fencing_token"], "SUCCESS", RECEIPT, now, step["step_id"])
 
     def returning(conn: Any, now: int) -> None:
         conn.execute(COMPLETE_RETURNING, params(now)).fetchone()

@@ -31,8 +31,13 @@ def test_bench_quick_run_reports_every_workload(tmp_path: Path) -> None:
         "post_message one per transaction, raw",
         "claim+complete cycles, 1 worker, ours",
         "claim+complete cycles, 1 worker, raw",
-        "claim+complete, 2 worker process(es)",
-        "claim+complete, 4 worker process(es)",
+        "claim+complete cycles, 1 worker, ours fused",
+        "claim+complete cycles, 1 worker, raw fused",
+        "ratio ours fused/raw fused",
+        "us/cycle",
+        "claim+complete, fused loop, 2 worker process(es)",
+        "claim+complete, fused loop, 4 worker process(es)",
+        "claim+complete, separate loop, 4 worker process(es)",
         "no step claimed twice, in every trial",
         "SEARCH cassette_steps USING INDEX cassette_steps_claimable",
         "claim_step latency at 1,000 pending: p50",
@@ -53,6 +58,8 @@ def test_bench_quick_run_reports_every_workload(tmp_path: Path) -> None:
         assert expected in out, f"{expected!r} missing from:\n{out}"
     # huey is an optional baseline: measured when installed, otherwise named as skipped.
     assert "claim+complete cycles, 1 worker, huey" in out or "huey: not installed" in out, out
+    if "1 worker, huey" in out:  # the fused loop is reported against huey, as the separate calls
+        assert "ratio ours fused/huey" in out and "ratio ours/huey" in out, out
     data = json.loads(results.read_text())
     assert {"1_post", "2_cycle", "3_workers", "4_latency", "5_append", "6_verify"} <= set(
         data["workloads"]

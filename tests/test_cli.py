@@ -172,6 +172,8 @@ def bad_files(tmp_path: Path, big_file: Path) -> dict[str, str]:
 
 POST = ("post", "--run-id", "r1", "--source", "USER", "--payload")
 COMPLETE = ("complete", "--run-id", "r1", "--step", "{step}", "--worker", "w2", "--token")
+# A good completion of the fixture's lease, fused with the next claim, and a --ttl.
+CLAIM_NEXT = (*COMPLETE, "{token}", "--receipt", "{good}", "--outcome", "SUCCESS", "--claim-next")
 BAD_INPUT = [
     pytest.param((*POST, "{notjson}"), None, "INVALID_PAYLOAD", id="payload-not-json"),
     pytest.param((*POST, "{array}"), None, "INVALID_PAYLOAD", id="payload-array"),
@@ -262,6 +264,48 @@ BAD_INPUT = [
         None,
         "STALE_FENCING_TOKEN",
         id="token-stale",
+    ),
+    pytest.param(
+        (*COMPLETE, "99", "--receipt", "{good}", "--outcome", "SUCCESS", "--claim-next"),
+        None,
+        "STALE_FENCING_TOKEN",
+        id="claim-next-token-stale",
+    ),
+    pytest.param(
+        (*COMPLETE, "{token}", "--receipt", "{notjson}", "--outcome", "SUCCESS", "--claim-next"),
+        None,
+        "INVALID_PAYLOAD",
+        id="claim-next-receipt-not-json",
+    ),
+    pytest.param(
+        (*COMPLETE, "{token}", "--receipt", "{good}", "--outcome", "SUCCESS", "--ttl", "60"),
+        None,
+        "USAGE",
+        id="ttl-without-claim-next",
+    ),
+    pytest.param(
+        (*CLAIM_NEXT, "--ttl", "soon"),
+        None,
+        "USAGE",
+        id="claim-next-ttl-not-a-number",
+    ),
+    pytest.param(
+        (*CLAIM_NEXT, "--ttl", "0"),
+        None,
+        "INVALID_TTL",
+        id="claim-next-ttl-zero",
+    ),
+    pytest.param(
+        (*CLAIM_NEXT, "--ttl", "nan"),
+        None,
+        "INVALID_TTL",
+        id="claim-next-ttl-nan",
+    ),
+    pytest.param(
+        (*CLAIM_NEXT, "--ttl", str(31 * 24 * 3600)),
+        None,
+        "INVALID_TTL",
+        id="claim-next-ttl-over-30-days",
     ),
     pytest.param(
         (
@@ -677,6 +721,82 @@ class TestComplete:
         assert done["step_id"] == step["step_id"]
         assert receipt_json(db, step["step_id"]) == {"error": "timeout"}
         assert out(invoke(db, "status", "--run-id", "r"))["receipts"]["FAILURE"] == 1
+
+    def _complete_next(
+        self, db: Path, step: dict[str, Any], *extra: str, stdin: bytes = b'{"ok": 1}'
+    ) -> Result:
+        return invoke(
+            db,
+            *("complete", "--run-id", "r", "--step", str(step["step_id"]), "--worker", "w"),
+            *("--token", str(step["fencing_token"]), "--receipt", "-", "--outcome", "SUCCESS"),
+            "--claim-next",
+            *extra,
+            stdin=stdin,
+        )
+
+    def test_claim_next_prints_the_receipt_and_the_next_lease(
+        self, db: Path, payload: Path
+    ) -> None:
+        for _ in range(2):
+            out(invoke(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
+        first = out(invoke(db, "claim", "--run-id", "r", "--worker", "w"))
+        before_ms = time.time_ns() // 1_000_000
+        done = out(self._complete_next(db, first, "--ttl", "60"))
+        after_ms = time.time_ns() // 1_000_000
+        following = done["next"]
+        assert done == {"receipt_id": 1, "step_id": first["step_id"], "next": following}
+        assert following["step_id"] == first["step_id"] + 1
+        assert following["fencing_token"] == 1
+        assert (following["run_id"], following["worker_id"]) == ("r", "w")
+        assert following["payload"] == {"task": "fetch", "n": 1}
+        assert before_ms + 60_000 <= following["lease_expires_at"] <= after_ms + 60_000
+        assert receipt_json(db, first["step_id"]) == {"ok": 1}
+        last = out(self._complete_next(db, following))  # the default ttl: nothing is left
+        assert last == {"receipt_id": 2, "step_id": following["step_id"], "next": None}
+        status = out(invoke(db, "status", "--run-id", "r"))
+        assert status["steps"] == {"PENDING": 0, "LEASED": 0, "COMMITTED": 2}
+        verified = invoke(db, "verify")
+        assert verified.exit_code == 0, verified.stderr
+
+    def test_claim_next_refused_writes_neither(self, db: Path, payload: Path) -> None:
+        for _ in range(2):
+            out(invoke(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
+        step = out(invoke(db, "claim", "--run-id", "r", "--worker", "w"))
+        before = snapshot(db)
+        stale = {**step, "fencing_token": step["fencing_token"] + 1}
+        assert_refused(self._complete_next(db, stale), "STALE_FENCING_TOKEN")
+        assert_refused(self._complete_next(db, step, "--ttl", "-1"), "INVALID_TTL")
+        assert_refused(self._complete_next(db, step, stdin=b"[]"), "INVALID_PAYLOAD")
+        assert snapshot(db) == before
+        leased = out(invoke(db, "status", "--run-id", "r"))["steps"]
+        assert leased == {"PENDING": 1, "LEASED": 1, "COMMITTED": 0}
+
+    def test_claim_next_as_a_process_gives_no_traceback(self, db: Path, payload: Path) -> None:
+        """The installed script: JSON on stdout, exit 0; a refusal, one coded line, exit 1;
+        a usage error, exit 2."""
+        out(invoke(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
+        step = out(invoke(db, "claim", "--run-id", "r", "--worker", "w"))
+        base = [cassette_script(), "--db", str(db), "complete", "--run-id", "r", "--worker", "w"]
+        args = ["--step", str(step["step_id"]), "--receipt", "-", "--outcome", "SUCCESS"]
+        ran = [
+            subprocess.run(
+                [*base, *args, "--token", token, *extra],
+                input=b"{}",
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+            for token, extra in (
+                ("1", ["--claim-next"]),
+                ("1", ["--claim-next"]),
+                ("1", ["--ttl", "5"]),
+            )
+        ]
+        assert [r.returncode for r in ran] == [0, 1, 2]
+        assert json.loads(ran[0].stdout) == {"receipt_id": 1, "step_id": 1, "next": None}
+        assert ran[1].stdout == b"" and ran[1].stderr.startswith(b"error: DUPLICATE_RECEIPT: ")
+        assert ran[2].stdout == b"" and ran[2].stderr.startswith(b"error: USAGE: ")
+        assert all(b"Traceback" not in r.stderr and len(r.stderr.splitlines()) <= 1 for r in ran)
 
 
 class TestRequeue:

@@ -8,6 +8,7 @@ is reported with its code and fails the test.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import random
@@ -28,6 +29,10 @@ pytestmark = pytest.mark.slow  # multi-process; still part of the default run
 CTX = mp.get_context("spawn")
 RUN = "run-concurrency"
 TIMEOUT = 120  # seconds any single wait on a child may take before the test fails
+# The work of one step in the fused tests. Without it a loop holds the write lock all but a
+# few microseconds, and SQLite's busy handler (sleeps and retries, no queue) may leave one
+# process every step: correct, but then there is no race to test.
+WORK_SECONDS = 0.0002
 
 
 def _failure(error: BaseException) -> str:
@@ -65,8 +70,11 @@ def _step_revisions(conn: sqlite3.Connection) -> dict[int, list[tuple[str, int, 
 # ------------------------------------------------------------------------ workers
 
 
-def claim_complete_worker(path: str, worker_id: str, start: Any, out: Any) -> None:
-    """Claim and complete until the run has no pending step; report what was done."""
+def claim_complete_worker(
+    path: str, worker_id: str, start: Any, out: Any, work_s: float = 0.0
+) -> None:
+    """Claim and complete until the run has no pending step (each step taking ``work_s``
+    seconds of work between the two); report what was done."""
     claimed: list[tuple[int, int]] = []
     completed: list[tuple[int, int, int]] = []
     error = None
@@ -82,10 +90,39 @@ def claim_complete_worker(path: str, worker_id: str, start: Any, out: Any) -> No
                     raise
                 step_id, token = step["step_id"], step["fencing_token"]
                 claimed.append((step_id, token))
+                if work_s:
+                    time.sleep(work_s)
                 receipt_id = cassette.complete_step(
                     RUN, step_id, worker_id, token, {"by": worker_id}, "SUCCESS"
                 )
                 completed.append((step_id, token, receipt_id))
+    except BaseException as caught:
+        error = _failure(caught)
+    out.put({"worker": worker_id, "claimed": claimed, "completed": completed, "error": error})
+
+
+def fused_worker(
+    path: str, worker_id: str, start: Any, out: Any, work_s: float = WORK_SECONDS
+) -> None:
+    """The fused worker loop: claim once, then complete_and_claim until nothing is left."""
+    claimed: list[tuple[int, int]] = []
+    completed: list[tuple[int, int, int]] = []
+    error = None
+    try:
+        with MessageCassette(path) as cassette:
+            start.wait(TIMEOUT)
+            leased = cassette.claim_steps(RUN, worker_id, 1, 300)
+            step = leased[0] if leased else None
+            while step is not None:
+                step_id, token = step["step_id"], step["fencing_token"]
+                claimed.append((step_id, token))
+                time.sleep(work_s)  # the work, outside any transaction
+                result = cassette.complete_and_claim(
+                    RUN, step_id, worker_id, token, {"by": worker_id}, "SUCCESS", 300
+                )
+                assert result["step_id"] == step_id
+                completed.append((step_id, token, result["receipt_id"]))
+                step = result["next"]
     except BaseException as caught:
         error = _failure(caught)
     out.put({"worker": worker_id, "claimed": claimed, "completed": completed, "error": error})
@@ -162,13 +199,25 @@ def endless_writer(path: str, acks: Connection) -> None:
             i += 1
 
 
+def endless_fused_worker(path: str, acks: Connection) -> None:
+    """The fused loop over a long run, acknowledging each step once its call returned."""
+    with MessageCassette(path, durability="normal") as cassette:
+        step = cassette.claim_step(RUN, "fused", 300)
+        while step is not None:
+            result = cassette.complete_and_claim(
+                RUN, step["step_id"], "fused", step["fencing_token"], {"k": 1}, "SUCCESS", 300
+            )
+            acks.send(step["step_id"])
+            step = result["next"]
+
+
 # -------------------------------------------------------------------------- tests
 
 
-def test_four_workers_complete_two_thousand_steps_exactly_once(tmp_path: Path) -> None:
-    path = str(tmp_path / "ledger.db")
+def _post_steps(path: str, messages: int) -> None:
+    """``messages`` messages of one job with two steps each, in batches of 100."""
     with MessageCassette(path) as cassette:
-        for start_at in range(0, 1000, 100):
+        for start_at in range(0, messages, 100):
             cassette.post_messages(
                 [
                     (
@@ -181,36 +230,43 @@ def test_four_workers_complete_two_thousand_steps_exactly_once(tmp_path: Path) -
                         "USER",
                         None,
                     )
-                    for i in range(start_at, start_at + 100)
+                    for i in range(start_at, min(start_at + 100, messages))
                 ]
             )
-        assert cassette.status(RUN)["steps"]["PENDING"] == 2000
+        assert cassette.status(RUN)["steps"]["PENDING"] == 2 * messages
 
-    start, out = CTX.Barrier(4), CTX.Queue()
+
+def _run_workers(path: str, loops: list[Any]) -> list[dict[str, Any]]:
+    """One process per loop function, started together; their reports, none failed."""
+    start, out = CTX.Barrier(len(loops)), CTX.Queue()
     workers = [
-        CTX.Process(target=claim_complete_worker, args=(path, f"w{n}", start, out), name=f"w{n}")
-        for n in range(4)
+        CTX.Process(target=loop, args=(path, f"w{n}", start, out), name=f"w{n}")
+        for n, loop in enumerate(loops)
     ]
     for worker in workers:
         worker.start()
     reports = _collect(out, len(workers))
     _join(workers)
-
     for report in reports:
         assert report["error"] is None, f"{report['worker']}: {report['error']}"
-    # The workers' own records: no (step, token) was handed to two workers, nothing lost.
+    return reports
+
+
+def _check_exactly_once(path: str, reports: list[dict[str, Any]], total: int) -> None:
+    """No (step, token) handed to two workers, nothing lost; each receipt by the worker
+    that held the lease; the journal shows one claim per step; verify passes."""
     claims = [(s, t) for r in reports for s, t in r["claimed"]]
-    assert len(claims) == len(set(claims)) == 2000
+    assert len(claims) == len(set(claims)) == total
     completions = [c for r in reports for c in r["completed"]]
-    assert len(completions) == 2000
-    assert len({step_id for step_id, _, _ in completions}) == 2000
-    assert len({receipt_id for _, _, receipt_id in completions}) == 2000
+    assert len(completions) == total
+    assert len({step_id for step_id, _, _ in completions}) == total
+    assert len({receipt_id for _, _, receipt_id in completions}) == total
     assert sum(1 for r in reports if r["completed"]) >= 2, "the workers never overlapped"
 
     by_worker = {(s, t): r["worker"] for r in reports for s, t, _ in r["completed"]}
     with MessageCassette(path) as cassette:
         conn = cassette.conn
-        assert conn.execute("SELECT count(*) FROM cassette_steps").fetchone()[0] == 2000
+        assert conn.execute("SELECT count(*) FROM cassette_steps").fetchone()[0] == total
         assert (
             conn.execute(
                 "SELECT count(*) FROM cassette_steps WHERE status IS NOT 'COMMITTED'"
@@ -221,7 +277,7 @@ def test_four_workers_complete_two_thousand_steps_exactly_once(tmp_path: Path) -
             "SELECT r.step_id, r.worker_id, r.fencing_token, s.lease_owner, s.fencing_token"
             " FROM cassette_receipts r JOIN cassette_steps s USING (step_id)"
         ).fetchall()
-        assert len(receipts) == 2000
+        assert len(receipts) == total
         assert Counter(row[0] for row in receipts).most_common(1)[0][1] == 1
         for step_id, worker, token, owner, step_token in receipts:
             assert (worker, token) == (owner, step_token), step_id
@@ -229,7 +285,7 @@ def test_four_workers_complete_two_thousand_steps_exactly_once(tmp_path: Path) -
 
         # The journal: tokens only grow, every claim is a new token, no claim is lost.
         revisions = _step_revisions(conn)
-        assert len(revisions) == 2000
+        assert len(revisions) == total
         for step_id, history in revisions.items():
             tokens = [token for _, token, _ in history]
             assert tokens == sorted(tokens), (step_id, history)
@@ -237,9 +293,33 @@ def test_four_workers_complete_two_thousand_steps_exactly_once(tmp_path: Path) -
             assert claim_tokens == sorted(set(claim_tokens)), (step_id, history)
             assert [status for status, _, _ in history] == ["PENDING", "LEASED", "COMMITTED"]
 
-        assert cassette.status(RUN)["receipts"]["SUCCESS"] == 2000
+        assert cassette.status(RUN)["receipts"]["SUCCESS"] == total
         report = cassette.verify_cassette()
         assert report.ok, report.errors
+
+
+def test_four_workers_complete_two_thousand_steps_exactly_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger.db")
+    _post_steps(path, 1000)
+    reports = _run_workers(path, [claim_complete_worker] * 4)
+    _check_exactly_once(path, reports, 2000)
+
+
+@pytest.mark.parametrize(
+    "loops",
+    [
+        [fused_worker] * 4,
+        [fused_worker, functools.partial(claim_complete_worker, work_s=WORK_SECONDS)] * 2,
+    ],
+    ids=["four fused", "two fused, two separate"],
+)
+def test_fused_workers_never_claim_a_step_twice(tmp_path: Path, loops: list[Any]) -> None:
+    """Workers leasing their next step in the transaction that completes the last (alone,
+    or beside workers making separate calls): every step claimed and completed once."""
+    path = str(tmp_path / "ledger.db")
+    _post_steps(path, 500)
+    reports = _run_workers(path, loops)
+    _check_exactly_once(path, reports, 1000)
 
 
 def test_two_processes_racing_to_complete_one_step_write_one_receipt(tmp_path: Path) -> None:
@@ -378,6 +458,58 @@ def test_writer_killed_mid_loop_loses_no_acknowledged_post(tmp_path: Path, kill_
         assert keys == [f"kill-{i}" for i in range(len(keys))]
         assert len(acked) <= len(keys) <= len(acked) + 1
         assert not conn.in_transaction
+        report = cassette.verify_cassette()
+        assert report.ok, report.errors
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+@pytest.mark.parametrize("kill_after", [1, 60, 400])
+def test_a_fused_worker_killed_mid_loop_holds_exactly_one_lease(
+    tmp_path: Path, kill_after: int
+) -> None:
+    """Each fused transaction commits one step and leases the next, so whenever the worker
+    dies it holds exactly one lease: a receipt never commits without the next claim (a
+    kill between two separate transactions would leave none). Acknowledged steps survive."""
+    path = str(tmp_path / "ledger.db")
+    _post_steps(path, 2500)  # 5,000 steps: seconds of work, so the kill lands mid-run
+    receive, send = CTX.Pipe(duplex=False)
+    worker = CTX.Process(target=endless_fused_worker, args=(path, send), name="fused")
+    worker.start()
+    send.close()
+    acked: list[int] = []
+    try:
+        while len(acked) < kill_after:
+            assert receive.poll(TIMEOUT), "the worker stopped acknowledging"
+            acked.append(receive.recv())
+        time.sleep(random.uniform(0, 0.01))  # land the kill somewhere inside a later call
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(TIMEOUT)
+    assert worker.exitcode == -signal.SIGKILL
+    while True:
+        try:
+            acked.append(receive.recv())
+        except EOFError:
+            break
+    receive.close()
+
+    with MessageCassette(path) as cassette:
+        conn = cassette.conn
+        leased = conn.execute(
+            "SELECT step_id, lease_owner FROM cassette_steps WHERE status = 'LEASED'"
+        ).fetchall()
+        committed = [
+            row[0]
+            for row in conn.execute(
+                "SELECT step_id FROM cassette_steps WHERE status = 'COMMITTED' ORDER BY step_id"
+            )
+        ]
+        assert len(leased) == 1 and leased[0][1] == "fused", leased
+        # Claim order is step order here: what committed is a prefix, then the one lease.
+        assert committed == list(range(1, len(committed) + 1))
+        assert leased[0][0] == len(committed) + 1
+        assert set(acked) <= set(committed)
+        assert len(acked) <= len(committed) <= len(acked) + 1
         report = cassette.verify_cassette()
         assert report.ok, report.errors
 

@@ -101,7 +101,7 @@ def test_bench_levers_quick_run_reports_every_variant_and_statement() -> None:
         text=True,
         timeout=300,
     ).stdout
-    for workload in ("cycle", "single", "batch"):
+    for workload in ("cycle", "fused", "single", "batch"):
         for variant in variants.split(","):
             assert any(
                 line.split()[1:3] == [workload, variant] and "us/op" in line
@@ -114,8 +114,25 @@ def test_bench_levers_quick_run_reports_every_variant_and_statement() -> None:
         text=True,
         timeout=300,
     ).stdout
-    assert "INSERT INTO cassette_receipts" in out and "UPDATE cassette_steps" in out, out
-    assert "us per cycle in all" in out, out
+    for workload in ("cycle", "fused"):  # the separate calls and the fused worker loop
+        lines = [line for line in out.splitlines() if line.split()[1:2] == [workload]]
+        assert any("INSERT INTO cassette_receipts" in line for line in lines), out
+        assert any("UPDATE cassette_steps" in line for line in lines), out
+        assert any("us per cycle in all" in line for line in lines), out
+    python = subprocess.run(
+        [sys.executable, script, "--python", "--ops", "50", "--reps", "1"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    for call in ("claim_step", "complete_step", "complete_and_claim"):
+        assert f"[python] {call} " in python and "us per call outside SQLite" in python, python
+    commits = [line for line in out.splitlines() if line.endswith("COMMIT")]
+    assert [line.split()[1] + " " + line.split()[4] for line in commits] == [
+        "cycle x2",
+        "fused x1",
+    ], out
 
 
 @pytest.mark.slow

@@ -630,6 +630,45 @@ class CassetteMachine(RuleBasedStateMachine):
         else:
             assert self.model.steps[step.step_id].status == "COMMITTED"
 
+    @precondition(lambda self: bool(self.model.steps))
+    @rule(data=st.data(), outcome=st.sampled_from(OUTCOMES), note=_small, ttl_ms=TTL_MS)
+    def complete_and_claim(self, data: st.DataObject, outcome: str, note: int, ttl_ms: int) -> None:
+        """The fused worker call: the model completes, then claims (one step of the same
+        run for the same worker); a refused completion changes nothing."""
+        step_id = self.draw_step_id(data)
+        run, worker, token = self.draw_credentials(data, step_id)
+        item = (run, step_id, worker, token, {"fused": note}, outcome)
+        self.expect(
+            lambda m: self.model_fused(m, item, ttl_ms),
+            lambda: self.cassette.complete_and_claim(*item, ttl_ms / 1000),
+        )
+
+    @precondition(lambda self: bool(self.leased()))
+    @rule(data=st.data(), outcome=st.sampled_from(OUTCOMES), ttl_ms=TTL_MS)
+    def complete_and_claim_as_holder(self, data: st.DataObject, outcome: str, ttl_ms: int) -> None:
+        step = self.model.steps[data.draw(st.sampled_from(self.leased()), label="step_id")]
+        assert step.owner is not None
+        item = (step.run_id, step.step_id, step.owner, step.token, {"holder": True}, outcome)
+        predicted = self.model.claim_order(step.run_id)
+        result = self.expect(
+            lambda m: self.model_fused(m, item, ttl_ms),
+            lambda: self.cassette.complete_and_claim(*item, ttl_ms / 1000),
+        )
+        if isinstance(result, dict) and predicted:
+            assert result["next"]["step_id"] == predicted[0].step_id  # claim order
+
+    @staticmethod
+    def model_fused(
+        m: Model, item: tuple[str, int, str, int, dict[str, Any], str], ttl_ms: int
+    ) -> dict[str, Any]:
+        receipt_id = m.complete([item])[0]
+        claimed = m.claim(item[0], item[2], 1, ttl_ms)
+        return {
+            "receipt_id": receipt_id,
+            "step_id": item[1],
+            "next": claimed[0] if claimed else None,
+        }
+
     @precondition(lambda self: bool(self.leased()))
     @rule(data=st.data())
     def release_as_holder(self, data: st.DataObject) -> None:
@@ -744,6 +783,14 @@ class CassetteMachine(RuleBasedStateMachine):
                 lambda: c.post_message({"jobs": [{"intent": "i", "steps": []}]}, RUNS[0], "USER"),
             ),
             (ErrorCode.INVALID_OUTCOME, lambda: c.complete_step(RUNS[0], 1, "w1", 1, {}, "DONE")),
+            (
+                ErrorCode.INVALID_TTL,
+                lambda: c.complete_and_claim(RUNS[0], 1, "w1", 1, {}, "SUCCESS", 0),
+            ),
+            (
+                ErrorCode.INVALID_OUTCOME,
+                lambda: c.complete_and_claim(RUNS[0], 1, "w1", 1, {}, "DONE", 0),
+            ),
             (
                 ErrorCode.INVALID_TOKEN,
                 lambda: c.complete_step(RUNS[0], 1, "w1", "1", {}, "SUCCESS"),

@@ -269,6 +269,46 @@ class TestSignedActs:
         count = sqlite3.connect(db_path).execute("SELECT count(*) FROM cassette_attestations")
         assert count.fetchone()[0] == 3
 
+    def test_the_cli_signs_both_acts_of_claim_next(
+        self, db_path: Path, tmp_path: Path, keys: dict[str, WorkerKey], pins: Path
+    ) -> None:
+        """complete --claim-next --worker-key: the completion and the next claim each
+        carry w1's attestation, as the two separate commands would."""
+        w1 = str(tmp_path / "w1.key")
+        with MessageCassette(db_path, worker_key=keys["w1"]) as cassette:  # the CLI's clock
+            for n in range(2):
+                cassette.post_message({"n": n}, RUN, "WORKER")
+            step = cassette.claim_step(RUN, "w1", TTL)
+        done = invoke(
+            db_path,
+            *("complete", "--run-id", RUN, "--step", str(step["step_id"]), "--worker", "w1"),
+            *("--token", str(step["fencing_token"]), "--receipt", "-", "--outcome", "SUCCESS"),
+            *("--claim-next", "--worker-key", w1),
+            stdin=b'{"ok": true}',
+        )
+        assert done.exit_code == 0, done.stderr
+        assert json.loads(done.stdout)["next"]["step_id"] == step["step_id"] + 1
+        acts = sqlite3.connect(db_path).execute(
+            "SELECT act, step_id FROM cassette_attestations ORDER BY attestation_id"
+        )
+        assert acts.fetchall() == [
+            ("post", None),
+            ("post", None),
+            ("claim", step["step_id"]),
+            ("complete", step["step_id"]),
+            ("claim", step["step_id"] + 1),
+        ]
+        checked = invoke(db_path, "verify", "--worker-keys", str(pins))
+        assert checked.exit_code == 0, checked.stdout
+        unsigned = invoke(
+            db_path,
+            *("complete", "--run-id", RUN, "--step", str(step["step_id"] + 1), "--worker", "w1"),
+            *("--token", "1", "--receipt", "-", "--outcome", "SUCCESS", "--claim-next"),
+            stdin=b"{}",
+        )
+        assert unsigned.exit_code == 1
+        assert unsigned.stderr.startswith("error: SIGNATURE_REQUIRED: ")
+
     @pytest.mark.parametrize("command", ["post", "requeue"])
     def test_the_cli_needs_a_key_for_a_signer_and_a_signer_for_a_key(
         self, db_path: Path, tmp_path: Path, keys: dict[str, WorkerKey], command: str

@@ -217,6 +217,18 @@ def claim(ctx: click.Context, run_id: str, worker: str, ttl: float, worker_key: 
     help="Receipt JSON object file, or -.",
 )
 @click.option("--outcome", required=True, help="SUCCESS, FAILURE or ABORTED.")
+@click.option(
+    "--claim-next",
+    is_flag=True,
+    help="In the same transaction, lease the worker's next pending step of the run and"
+    ' print it as "next" (null when none is pending).',
+)
+@click.option(
+    "--ttl",
+    type=float,
+    default=None,
+    help="With --claim-next: the new lease's length in seconds.  [default: 300]",
+)
 @click.option("--worker-key", default=None, help=_WORKER_KEY_HELP)
 @click.pass_context
 def complete(
@@ -227,11 +239,23 @@ def complete(
     token: int,
     receipt_file: IO[bytes],
     outcome: str,
+    claim_next: bool,
+    ttl: float | None,
     worker_key: str | None,
 ) -> None:
-    """Complete a leased step with its one receipt; print the receipt_id."""
+    """Complete a leased step with its one receipt; print the receipt_id. With
+    --claim-next, also lease the next step (one transaction) and print it as "next"."""
+    if ttl is not None and not claim_next:
+        raise click.UsageError("--ttl is the length of the next lease: give --claim-next")
     receipt = _read_object(receipt_file, "receipt")
     cassette = _open(ctx, _worker_key(worker_key, worker))
+    if claim_next:
+        emit(
+            cassette.complete_and_claim(
+                run_id, step, worker, token, receipt, outcome, 300 if ttl is None else ttl
+            )
+        )
+        return
     receipt_id = cassette.complete_step(run_id, step, worker, token, receipt, outcome)
     emit({"receipt_id": receipt_id, "step_id": step})
 
