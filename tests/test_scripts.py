@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -215,3 +216,34 @@ def test_bench_forms_quick_run_reports_every_pair() -> None:
     for pair in ("claim", "complete", "post", "append", "batch"):
         lines = [line for line in out.splitlines() if line.split()[1:2] == [pair]]
         assert len(lines) == 2 and "cpu x" in lines[1], out
+
+
+def test_bench_instructions_runs_every_contender_natively() -> None:
+    """The instruction-count benchmark's workloads run (natively: valgrind counts them in
+    the benchmark itself, not here), and an unknown workload is refused."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_instructions.py"),
+            *("--native", "--n1", "3", "--n2", "6"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    huey = ("huey",) if importlib.util.find_spec("huey") is not None else ()
+    for workload, sides in (
+        ("cycle", ("ours", "ours-fused", "raw", *huey)),
+        ("single", ("ours", "raw")),
+        ("batch", ("ours", "raw")),
+    ):
+        for side in sides:
+            assert f"{workload:7s} {side:11s}" in out, out
+    refused = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_instructions.py"), "--workloads", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0 and "unknown workload" in refused.stderr
