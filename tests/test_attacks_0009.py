@@ -1,0 +1,902 @@
+"""Adversarial review of the issue 12 write path (migration 0009 and what came with it).
+
+Four changes are attacked here, each as the attackers of LAW.md section 12 would:
+
+1. the Merkle tree stored a block of 256 leaves at a time (``cassette_journal_grow_tree``,
+   ``cassette_tree_nodes_grow``, ``cassette_seals_store_tail``, the migration's one-time
+   delete) and verify's exact rule for the stored set;
+2. one time per write transaction (``cassette_transaction_ms()``);
+3. the journal head read by ``max(seq)`` over the table itself;
+4. batches inserted 32 rows per statement.
+
+Attacks that work are ``xfail(strict=True)``: each asserts what the law promises, so it
+fails today and passes once the recommended fix (in its reason) lands. Every other test
+documents a refusal (its code) or a detection (verify's finding, exit 1), and that the
+ledger still works afterwards.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from catalytic_cassette import (
+    CassetteError,
+    ErrorCode,
+    ManualClock,
+    MessageCassette,
+    merkle,
+    sqlfiles,
+    tree,
+)
+from catalytic_cassette.actions import format_v4
+from catalytic_cassette.anchor import load_anchors
+from catalytic_cassette.chain import CausalChain
+from catalytic_cassette.connection import register_functions, write_transaction
+from catalytic_cassette.merkle import MemoryTree
+from catalytic_cassette.migrate import current_version
+from catalytic_cassette.seals import default_origin, record_seal, write_seal_file
+from catalytic_cassette.tree import GROW_BLOCK, StoredTree
+from catalytic_cassette.verify import verify_path
+
+from .conftest import action_dict, dump, file_digest, stored_node_limit, unguarded
+
+KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(100, 132)))
+SEAL_INSERT = (
+    "INSERT INTO cassette_seals (seal_id, tree_size, root_hex, origin, key_id, note,"
+    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+# ------------------------------------------------------------------------- helpers
+
+
+def _entries(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM cassette_journal").fetchone()[0])
+
+
+def _grow(path: Path, clock: ManualClock, entries: int) -> None:
+    """Actions (one journal entry each) until the journal has ``entries`` entries."""
+    with CausalChain(path, clock=clock, durability="normal") as chain:
+        missing = entries - _entries(chain.conn)
+        assert missing >= 0
+        if missing:
+            chain.append_actions([action_dict("CapabilityCall", f"f{n}") for n in range(missing)])
+        assert _entries(chain.conn) == entries
+
+
+def _nodes(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
+    return [
+        (int(e), int(lv), bytes(h))
+        for e, lv, h in conn.execute(
+            "SELECT leaf_end, level, hash FROM cassette_tree_nodes ORDER BY leaf_end, level"
+        )
+    ]
+
+
+def _by_rule(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
+    """What migration 0009's rule stores: every complete aligned subtree ending before
+    the limit (complete blocks, and the last block up to its largest seal)."""
+    leaves = [bytes(r[0]) for r in conn.execute("SELECT leaf_hash FROM cassette_journal")]
+    sealed = [int(r[0]) for r in conn.execute("SELECT tree_size FROM cassette_seals")]
+    limit = stored_node_limit(len(leaves), sealed)
+    memory = MemoryTree(leaves)
+    return sorted(
+        (tree.leaf_end(level, index), level, memory.subtree(level, index))
+        for level in range(1, len(leaves).bit_length())
+        for index in range(len(leaves) >> level)
+        if tree.leaf_end(level, index) < limit
+    )
+
+
+def _errors(path: Path) -> list[tuple[str, Any]]:
+    return [(str(f.kind), f.key) for f in verify_path(str(path)).errors]
+
+
+def _kinds(path: Path) -> set[str]:
+    return {kind for kind, _ in _errors(path)}
+
+
+def _seal(conn: sqlite3.Connection, size: int | None = None) -> int:
+    return record_seal(conn, KEY, now_ms=0, origin=None, size=size).tree_size
+
+
+def _seal_row(conn: sqlite3.Connection, size: Any, root_hex: str | None = None) -> tuple[Any, ...]:
+    """A seal row as a package connection would insert it by SQL (not record_seal)."""
+    if root_hex is None:
+        root_hex = StoredTree(conn).root(int(size)).hex()
+    seal_id = conn.execute("SELECT coalesce(max(seal_id), 0) + 1 FROM cassette_seals").fetchone()
+    ms = conn.execute("SELECT ms FROM cassette_ledger_time").fetchone()[0]
+    return (seal_id[0], size, root_hex, "o", "00000000", f"o\n{size}\n", ms)
+
+
+def _still_works(path: Path, clock: ManualClock) -> None:
+    """An honest writer can append, complete a block and seal; verify is clean."""
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        before = _entries(cassette.conn)
+        _grow(path, clock, before - before % GROW_BLOCK + GROW_BLOCK + 3)
+        _seal(cassette.conn)
+        assert _nodes(cassette.conn) == _by_rule(cassette.conn)
+
+
+def _look_alike(path: Path, clock: ManualClock) -> sqlite3.Connection:
+    """Attacker (b): a plain sqlite3 connection (default PRAGMAs) with the package's
+    functions registered and its TEMP triggers installed: every rule of the file runs."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    register_functions(conn, clock)
+    for statement in sqlfiles.connection_statements():
+        conn.execute(statement)
+    return conn
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> tuple[Path, ManualClock]:
+    path = tmp_path / "ledger.db"
+    clock = ManualClock()
+    MessageCassette(path, clock=clock, durability="normal").close()
+    return path, clock
+
+
+# ================================================= (b) recursive_triggers=OFF writers
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="WORKS: the parents of a block are completed by cassette_tree_nodes_grow firing"
+    " itself, which needs recursive_triggers=ON. A package connection on which a client ran"
+    " PRAGMA recursive_triggers=OFF completes a block with levels 1-2 only; the missing"
+    " nodes are never completed later (level 9+ parents find no left sibling and are"
+    " silently skipped), so every later seal and proof of the honest writers fails"
+    " (TREE_BROKEN / SEAL_MISMATCH). Fix: do not depend on recursive triggers (the grow"
+    " trigger on a level-1 right child inserts all its ancestors with one WITH RECURSIVE,"
+    " as 0004 did), and fail closed: the block trigger RAISEs TREE_BROKEN when the"
+    " block's level-8 node (and the parents ending at NEW.seq) are not stored after it.",
+)
+def test_b_recursive_triggers_off_on_a_package_connection_cannot_break_later_seals(
+    ledger: tuple[Path, ManualClock],
+) -> None:
+    path, clock = ledger
+    _grow(path, clock, GROW_BLOCK - 2)
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        cassette.conn.execute("PRAGMA recursive_triggers = OFF")
+        try:  # three entries: the block completes on this connection
+            cassette.post_message({"n": 1}, "r", "USER")
+        except CassetteError as refused:  # refusing it is one acceptable fix
+            assert refused.code is ErrorCode.TREE_BROKEN
+    _grow(path, clock, 2 * GROW_BLOCK + 10)
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        assert _seal(honest.conn) == 2 * GROW_BLOCK + 10  # today: TREE_BROKEN
+        assert _nodes(honest.conn) == _by_rule(honest.conn)
+    assert verify_path(str(path)).ok
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="WORKS: a look-alike client (attacker b) with the package's functions and TEMP"
+    " triggers but SQLite's default recursive_triggers=OFF stores an incomplete block;"
+    " afterwards no honest writer can seal (LAW 12 (b): 'a forged function can refuse its"
+    " own writes, not others''). Verify reports tree_node (exit 1), but the sealing is"
+    " bricked for good. Fix as in the test above.",
+)
+def test_b_a_look_alike_client_with_default_pragmas_cannot_brick_honest_seals(
+    ledger: tuple[Path, ManualClock],
+) -> None:
+    path, clock = ledger
+    _grow(path, clock, GROW_BLOCK - 1)
+    attacker = _look_alike(path, clock)
+    assert attacker.execute("PRAGMA recursive_triggers").fetchone()[0] == 0
+    try:
+        attacker.execute(
+            "INSERT INTO cassette_messages (run_id, source, idempotency_key, payload_json,"
+            " created_at) VALUES ('x', 'USER', NULL, '{}', ?)",
+            (clock.now_ms(),),
+        )
+    except sqlite3.DatabaseError as refused:
+        assert "TREE_BROKEN" in str(refused)
+    attacker.close()
+    _grow(path, clock, GROW_BLOCK + 20)
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        assert _seal(honest.conn) == GROW_BLOCK + 20  # today: TREE_BROKEN, level 7
+
+
+def test_b_recursive_triggers_off_today_leaves_the_tree_incomplete_and_verify_says_so(
+    ledger: tuple[Path, ManualClock],
+) -> None:
+    """What the two xfails above show, as it behaves today: detected, not prevented."""
+    path, clock = ledger
+    _grow(path, clock, GROW_BLOCK - 2)
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        cassette.conn.execute("PRAGMA recursive_triggers = OFF")
+        cassette.post_message({"n": 1}, "r", "USER")
+        levels = dict(
+            cassette.conn.execute(
+                "SELECT level, count(*) FROM cassette_tree_nodes GROUP BY level"
+            ).fetchall()
+        )
+        assert levels == {1: 128, 2: 64}  # levels 3 to 8 of the block are missing
+    report = verify_path(str(path))
+    assert not report.ok
+    assert {f.kind for f in report.errors} == {"tree_node"}
+    assert [7, 3] in [f.key for f in report.errors]
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        with pytest.raises(CassetteError) as refused:
+            _seal(honest.conn)
+        assert refused.value.code is ErrorCode.TREE_BROKEN
+
+
+# ================================================ (a) DDL: trigger order, not content
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="WORKS: cassette_seals_store_tail must fire before cassette_seals_insert_guard,"
+    " which holds only because SQLite fires the newest BEFORE trigger first. Dropping and"
+    " re-creating the guard with the same SQL (or reordering sqlite_master rows with"
+    " writable_schema) leaves a schema verify finds identical (it compares objects as a"
+    " set: exit 0), yet every honest seal whose size is not 0 or 1 mod 256 is refused"
+    " (SEAL_MISMATCH). Fix: put the tail INSERT in the guard itself (re-create"
+    " cassette_seals_insert_guard in 0009 with the INSERT before the root check: statements"
+    " of one trigger run in order), or have the guard fold the tail from the leaves; and"
+    " have verify compare the order of triggers per table and event (sqlite_master rowid"
+    " order) with the migrations'.",
+)
+def test_a_reordering_the_seal_triggers_is_reported_or_harmless(
+    ledger: tuple[Path, ManualClock],
+) -> None:
+    path, clock = ledger
+    _grow(path, clock, GROW_BLOCK + 40)
+    raw = sqlite3.connect(path, isolation_level=None)
+    (sql,) = raw.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'cassette_seals_insert_guard'"
+    ).fetchone()
+    raw.execute("DROP TRIGGER cassette_seals_insert_guard")
+    raw.execute(sql)  # the very same text, now the newest trigger
+    raw.close()
+    reported = not verify_path(str(path)).ok  # today: ok (exit 0)
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        try:
+            _seal(honest.conn)
+            sealed = True
+        except CassetteError as refused:  # today: SEAL_MISMATCH
+            assert refused.code is ErrorCode.SEAL_MISMATCH
+            sealed = False
+    assert reported or sealed
+
+
+def test_a_reordering_the_seal_triggers_today_passes_verify_and_refuses_seals(
+    ledger: tuple[Path, ManualClock],
+) -> None:
+    """The xfail above as it behaves today (aligned sizes still seal)."""
+    path, clock = ledger
+    _grow(path, clock, GROW_BLOCK + 40)
+    digest = file_digest(path)
+    raw = sqlite3.connect(path, isolation_level=None)
+    (sql,) = raw.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'cassette_seals_insert_guard'"
+    ).fetchone()
+    raw.execute("DROP TRIGGER cassette_seals_insert_guard")
+    raw.execute(sql)
+    raw.close()
+    assert file_digest(path) != digest
+    assert verify_path(str(path)).ok
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        with pytest.raises(CassetteError) as refused:
+            _seal(honest.conn)
+        assert refused.value.code is ErrorCode.SEAL_MISMATCH
+        assert _seal(honest.conn, GROW_BLOCK) == GROW_BLOCK  # no tail to store first
+        assert _seal(honest.conn, GROW_BLOCK + 1) == GROW_BLOCK + 1
+
+
+# ========================================================= (a) raw SQL on the tree
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO cassette_tree_nodes VALUES (1, 1, zeroblob(32))",
+        "INSERT INTO cassette_tree_nodes VALUES (257, 1, zeroblob(32))",
+        "DELETE FROM cassette_tree_nodes WHERE leaf_end = 255",
+        "DELETE FROM cassette_tree_nodes",
+        "UPDATE cassette_tree_nodes SET hash = zeroblob(32) WHERE leaf_end = 1",
+        "INSERT INTO cassette_seals VALUES (1, 260, '" + "0" * 64 + "', 'o', '00000000',"
+        " 'o' || char(10) || '260' || char(10), 0)",
+        "DELETE FROM cassette_seals",
+        "UPDATE cassette_seals SET tree_size = 256",
+    ],
+)
+def test_a_a_raw_client_cannot_add_delete_or_change_nodes_or_seals(
+    ledger: tuple[Path, ManualClock], statement: str
+) -> None:
+    path, clock = ledger
+    _grow(path, clock, GROW_BLOCK + 10)
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        _seal(cassette.conn)
+    before = (dump(path), file_digest(path))
+    raw = sqlite3.connect(path, isolation_level=None)
+    with pytest.raises(sqlite3.DatabaseError, match=r"no such function|APPEND_ONLY"):
+        raw.execute(statement)
+    raw.close()
+    assert (dump(path), file_digest(path)) == before
+    assert verify_path(str(path)).ok
+    _still_works(path, clock)
+
+
+# ============================================ (a) ANALYZE: statistics steer nothing
+
+
+def _vm_steps(conn: sqlite3.Connection, action: Any) -> int:
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    conn.set_progress_handler(count, 100)
+    try:
+        action()
+    finally:
+        conn.set_progress_handler(None, 0)
+    return steps[0]
+
+
+def test_a_hostile_planner_statistics_change_no_node_and_cost_no_scan(tmp_path: Path) -> None:
+    """sqlite_stat1 claiming every index useless and every table one row long: the
+    block, parent and seal statements store the same nodes in about as many VM steps
+    (no statement became a scan of the journal or the tree); verify warns only."""
+    clock = ManualClock()
+    paths = [tmp_path / "plain.db", tmp_path / "steered.db"]
+    MessageCassette(paths[0], clock=clock, durability="normal").close()
+    _grow(paths[0], clock, 3 * GROW_BLOCK - 5)
+    shutil.copyfile(paths[0], paths[1])
+    raw = sqlite3.connect(paths[1], isolation_level=None)
+    raw.execute("ANALYZE")
+    indexes = raw.execute(
+        "SELECT tbl_name, name FROM sqlite_master WHERE type = 'index'"
+        " OR (type = 'table' AND name LIKE 'cassette_%')"
+    ).fetchall()
+    raw.execute("DELETE FROM sqlite_stat1")
+    for table, name in indexes:
+        if table == name:  # the table: one row
+            raw.execute("INSERT INTO sqlite_stat1 VALUES (?, NULL, '1')", (table,))
+        else:  # an index whose every prefix matches a million rows
+            raw.execute(
+                "INSERT INTO sqlite_stat1 VALUES (?, ?, '1000000 1000000 1000000 1000000')",
+                (table, name),
+            )
+    raw.close()
+    steps, stored = [], []
+    for path in paths:
+        with CausalChain(path, clock=ManualClock(), durability="normal") as chain:
+            conn = chain.conn
+            steps.append(
+                _vm_steps(
+                    conn,
+                    lambda chain=chain: chain.append_actions(
+                        [action_dict("InternalStep", f"g{n}") for n in range(40)]
+                    ),
+                )
+            )
+            steps.append(_vm_steps(conn, lambda conn=conn: _seal(conn)))
+            stored.append(_nodes(conn))
+            assert _nodes(conn) == _by_rule(conn)
+    assert len(stored[0]) == len(stored[1])  # (the two batches' action ids differ)
+    plain_append, plain_seal, steered_append, steered_seal = steps
+    assert steered_append <= plain_append * 1.5 + 50, steps
+    assert steered_seal <= plain_seal * 1.5 + 50, steps
+    report = verify_path(str(paths[1]))
+    assert report.ok
+    assert "planner_statistics" in {str(f.kind) for f in report.findings}
+
+
+# =================================== (b) crafted seal sizes on a package connection
+
+
+@pytest.mark.parametrize(
+    ("size", "code"),
+    [
+        (0, "INVALID_SEAL"),
+        (-1, "INVALID_SEAL"),
+        (-254, "INVALID_SEAL"),
+        (-(2**63), "INVALID_SEAL"),
+        (2**63 - 1, "INVALID_SEAL"),  # 255 mod 256: the tail trigger runs, past the journal
+        (GROW_BLOCK + 50, "INVALID_SEAL"),  # one more than the journal, same block
+        (GROW_BLOCK + 200, "INVALID_SEAL"),  # beyond the journal, same block
+        (3 * GROW_BLOCK + 3, "INVALID_SEAL"),  # beyond, another block
+        ("300", "SEAL_MISMATCH"),  # text: STRICT makes it 300; not the root given
+        (12.5, "CONSTRAINT_VIOLATION"),  # STRICT: no REAL in an INTEGER column
+        (float(GROW_BLOCK + 9), "INVALID_SEAL"),  # made 265, but the note says 265.0
+        (None, "INVALID_SEAL"),
+    ],
+)
+def test_b_a_crafted_seal_size_is_refused_and_stores_no_node(
+    ledger: tuple[Path, ManualClock], size: Any, code: str
+) -> None:
+    path, clock = ledger
+    _grow(path, clock, GROW_BLOCK + 49)
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        conn = cassette.conn
+        before = _nodes(conn)
+        row = _seal_row(conn, size, root_hex=StoredTree(conn).root(GROW_BLOCK + 9).hex())
+        with (
+            pytest.raises((CassetteError, sqlite3.DatabaseError)) as refused,
+            write_transaction(conn) as tx,
+        ):
+            tx.execute(SEAL_INSERT, row)
+        text = refused.value.code.value if isinstance(refused.value, CassetteError) else ""
+        assert code in (text or str(refused.value)), refused.value
+        assert _nodes(conn) == before == _by_rule(conn)
+    assert verify_path(str(path)).ok
+    _still_works(path, clock)
+
+
+def test_b_a_wrong_root_at_a_tail_size_is_refused_and_its_nodes_undone(
+    ledger: tuple[Path, ManualClock],
+) -> None:
+    path, clock = ledger
+    _grow(path, clock, GROW_BLOCK + 49)
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        conn = cassette.conn
+        for size in (GROW_BLOCK + 2, GROW_BLOCK + 48, GROW_BLOCK + 49):
+            with pytest.raises(CassetteError) as refused, write_transaction(conn) as tx:
+                tx.execute(SEAL_INSERT, _seal_row(conn, size, root_hex="ab" * 32))
+            assert refused.value.code is ErrorCode.SEAL_MISMATCH
+            assert _nodes(conn) == _by_rule(conn)
+    assert verify_path(str(path)).ok
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(0, 2 * GROW_BLOCK + 10), st.floats(0, 1)), min_size=1, max_size=5
+    )
+)
+def test_b_any_sequence_of_growth_and_seals_stores_exactly_the_rule(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[int, float]]
+) -> None:
+    """Seals of any size the journal has (1, block boundaries, the head, older sizes
+    after newer ones) keep the stored set exact; every seal holds as an anchor."""
+    folder = tmp_path_factory.mktemp("seq")
+    path, seals = folder / "ledger.db", folder / "seals"
+    seals.mkdir()
+    clock = ManualClock()
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        conn = cassette.conn
+        for grow, where in steps:
+            _grow(path, clock, _entries(conn) + grow)
+            head = _entries(conn)
+            if head:
+                size = max(1, min(head, round(where * head)))
+                write_seal_file(
+                    record_seal(conn, KEY, now_ms=clock.now_ms(), origin=None, size=size), seals
+                )
+            assert _nodes(conn) == _by_rule(conn)
+        origin = default_origin(conn)
+    if any(seals.iterdir()):
+        report = verify_path(
+            str(path), anchors=load_anchors(seals), seal_key=KEY.public_key(), origin=origin
+        )
+        assert report.ok and report.anchored, report.to_dict()
+
+
+# ======================= (b) a seal row skipped by OR IGNORE keeps the tail it stored
+
+
+def test_b_an_ignored_seal_row_leaves_tail_nodes_that_verify_reports(
+    ledger: tuple[Path, ManualClock],
+) -> None:
+    """INSERT OR IGNORE skips a row that fails a CHECK after the BEFORE triggers ran, so
+    the tail nodes the seal stored stay without a seal. That is a planted node (verify:
+    tree_node, 'no complete block or seal stores'), never a brick: the block completes
+    around them and the next seals hold."""
+    path, clock = ledger
+    _grow(path, clock, GROW_BLOCK + 40)
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        conn = cassette.conn
+        row = list(_seal_row(conn, GROW_BLOCK + 30))
+        row[5] = "not the note's origin\n"
+        with write_transaction(conn) as tx:
+            tx.execute(SEAL_INSERT.replace("INSERT", "INSERT OR IGNORE"), row)
+        assert conn.execute("SELECT count(*) FROM cassette_seals").fetchone()[0] == 0
+        assert len(_nodes(conn)) > len(_by_rule(conn))
+    errors = _errors(path)
+    assert errors and {kind for kind, _ in errors} == {"tree_node"}
+    assert all(GROW_BLOCK <= key[0] < GROW_BLOCK + 30 for _, key in errors)
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        _seal(cassette.conn, GROW_BLOCK + 30)  # the seal the nodes were for: now exact
+        assert _nodes(cassette.conn) == _by_rule(cassette.conn)
+    assert verify_path(str(path)).ok
+    _still_works(path, clock)
+
+
+# =========================================== (b) a forged cassette_node_hash in the tail
+
+
+def test_b_a_forged_tail_node_is_reported_and_refuses_seals_over_it(
+    ledger: tuple[Path, ManualClock],
+) -> None:
+    """A look-alike cassette_node_hash plants a wrong level-1 node in the unsealed tail
+    (its own guard agrees with it). Verify names it; an honest seal over it is refused
+    (SEAL_MISMATCH: the guard folds the stored node, record_seal the leaves) rather than
+    signed; a seal that does not reach it still holds."""
+    path, clock = ledger
+    _grow(path, clock, GROW_BLOCK + 20)
+    attacker = _look_alike(path, clock)
+    attacker.create_function("cassette_node_hash", 2, lambda left, right: b"\x07" * 32)
+    attacker.execute(
+        "INSERT INTO cassette_tree_nodes VALUES (?, 1, ?)", (GROW_BLOCK + 5, b"\x07" * 32)
+    )
+    attacker.close()
+    assert ("tree_node", [GROW_BLOCK + 5, 1]) in _errors(path)
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        with pytest.raises(CassetteError) as refused:
+            _seal(honest.conn)
+        assert refused.value.code is ErrorCode.SEAL_MISMATCH
+        assert _seal(honest.conn, GROW_BLOCK + 4) == GROW_BLOCK + 4
+    # Once the block completes, readers trust its stored nodes (as every version did):
+    # an honest seal then signs the forged root, and verify names both (pre-existing).
+    _grow(path, clock, 2 * GROW_BLOCK + 3)
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        _seal(honest.conn)
+    assert {"tree_node", "seal_mismatch"} <= _kinds(path)
+
+
+# ====================================== (a with DDL) / (c): the stored set is exact
+
+
+def _drop_sealed_tail(conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM cassette_tree_nodes WHERE leaf_end >= ?", (GROW_BLOCK,))
+
+
+def _plant_whole_tail(conn: sqlite3.Connection) -> None:
+    """What a version 8 ledger stored: every node up to the head."""
+    leaves = [bytes(r[0]) for r in conn.execute("SELECT leaf_hash FROM cassette_journal")]
+    memory = MemoryTree(leaves)
+    have = {(e, lv) for e, lv in conn.execute("SELECT leaf_end, level FROM cassette_tree_nodes")}
+    for level in range(1, 9):
+        for index in range(len(leaves) >> level):
+            end = tree.leaf_end(level, index)
+            if (end, level) not in have:
+                conn.execute(
+                    "INSERT INTO cassette_tree_nodes VALUES (?, ?, ?)",
+                    (end, level, memory.subtree(level, index)),
+                )
+
+
+def _drop_block_root(conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM cassette_tree_nodes WHERE leaf_end = ? AND level = 8", (255,))
+
+
+def _node_past_head(conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT INTO cassette_tree_nodes VALUES (1023, 10, zeroblob(32))")
+
+
+def _seal_and_tail_gone(conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM cassette_seals")
+    _drop_sealed_tail(conn)
+
+
+def _seal_shrunk(conn: sqlite3.Connection) -> None:
+    """The seal row says fewer entries, and the nodes beyond go with it."""
+    conn.execute(
+        "UPDATE cassette_seals SET tree_size = ?1, note = origin || char(10) || ?1 || char(10)"
+        " || substr(note, length(origin) + length(tree_size) + 3)",
+        (GROW_BLOCK + 2,),
+    )
+    conn.execute("DELETE FROM cassette_tree_nodes WHERE leaf_end >= ?", (GROW_BLOCK + 2,))
+
+
+@pytest.mark.parametrize(
+    ("edit", "finding"),
+    [
+        (_drop_sealed_tail, "tree_node"),
+        (_plant_whole_tail, "tree_node"),
+        (_drop_block_root, "tree_node"),
+        (_node_past_head, "tree_node"),
+        (_seal_and_tail_gone, "row_missing"),
+        (_seal_shrunk, "state_mismatch"),
+    ],
+)
+def test_c_an_edit_of_the_stored_tree_or_its_seals_is_reported(
+    ledger: tuple[Path, ManualClock], edit: Any, finding: str
+) -> None:
+    path, clock = ledger
+    _grow(path, clock, GROW_BLOCK + 40)
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        _seal(cassette.conn, GROW_BLOCK + 30)
+        _grow(path, clock, GROW_BLOCK + 60)
+    with unguarded(path) as raw:
+        edit(raw)
+    assert finding in _kinds(path)
+
+
+# ============================== (b) the package with a forged clock: one time per write
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[tuple[Path, ManualClock]]:
+    path = tmp_path / "ledger.db"
+    clock = ManualClock()
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        cassette.post_messages([({"n": n}, "r", "USER", None) for n in range(3)])
+    yield path, clock
+
+
+def test_b_a_clock_behind_the_ledger_cannot_complete_a_lease_the_ledger_saw_expire(
+    run: tuple[Path, ManualClock],
+) -> None:
+    """Worker w's clock stays behind; another writer's clock has passed w's expiry.
+    The transaction's time is the later of the two, so the late completion is refused
+    and a requeue from the slow clock is allowed."""
+    path, slow = run
+    fast = ManualClock(slow.now_ms())
+    with MessageCassette(path, clock=slow, durability="normal") as late:
+        step = late.claim_step("r", "w", 60)
+        fast.advance(120_000)
+        with MessageCassette(path, clock=fast, durability="normal") as other:
+            other.post_message({"n": 9}, "r2", "USER")
+        with pytest.raises(CassetteError) as refused:
+            late.complete_step("r", step["step_id"], "w", step["fencing_token"], {}, "SUCCESS")
+        assert refused.value.code is ErrorCode.LEASE_EXPIRED
+        assert late.conn.execute("SELECT cassette_transaction_ms()").fetchone()[0] == (
+            slow.now_ms()
+        )  # the refused transaction's time is gone with it
+        requeued = late.requeue("r", step["step_id"])
+        assert [r["action"] for r in requeued] == ["requeued"]
+        again = late.claim_step("r", "w2", 60)
+        assert again["lease_expires_at"] == fast.now_ms() + 60_000  # dated by ledger time
+    assert verify_path(str(path)).ok
+
+
+def test_b_an_honest_completion_within_its_lease_is_never_refused_by_a_stale_time(
+    run: tuple[Path, ManualClock],
+) -> None:
+    """A transaction's time is read when it starts writing, never carried over from an
+    earlier transaction of the same connection (a refused one included)."""
+    path, clock = run
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        first = cassette.claim_step("r", "w", 60)
+        with pytest.raises(CassetteError):
+            cassette.complete_step("r", 999, "w", 1, {}, "SUCCESS")  # refused mid-transaction
+        clock.advance(59_000)
+        cassette.complete_step("r", first["step_id"], "w", first["fencing_token"], {}, "SUCCESS")
+        second = cassette.claim_step("r", "w", 1)
+        assert second["lease_expires_at"] == clock.now_ms() + 1000
+        clock.advance(1000)
+        with pytest.raises(CassetteError) as refused:
+            cassette.complete_step(
+                "r", second["step_id"], "w", second["fencing_token"], {}, "SUCCESS"
+            )
+        assert refused.value.code is ErrorCode.LEASE_EXPIRED
+    assert verify_path(str(path)).ok
+
+
+def test_b_a_forged_transaction_time_on_one_connection_binds_no_other(
+    run: tuple[Path, ManualClock],
+) -> None:
+    """cassette_transaction_ms is a connection's own function: a look-alike that says
+    every lease has expired refuses the attacker's own completion, not an honest one."""
+    path, clock = run
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        step = honest.claim_step("r", "w", 60)
+        with MessageCassette(path, clock=clock, durability="normal") as forger:
+            forger.conn.create_function("cassette_transaction_ms", 0, lambda: 2**62)
+            with pytest.raises(CassetteError) as refused:
+                forger.complete_step(
+                    "r", step["step_id"], "w", step["fencing_token"], {}, "SUCCESS"
+                )
+            assert refused.value.code is ErrorCode.LEASE_EXPIRED
+        honest.complete_step("r", step["step_id"], "w", step["fencing_token"], {}, "SUCCESS")
+    assert verify_path(str(path)).ok
+
+
+# ===================================================== chunks of 32 rows per statement
+
+
+@pytest.fixture(scope="module")
+def empty_chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("chunks") / "empty.db"
+    CausalChain(path, clock=ManualClock()).close()
+    return path
+
+
+@contextmanager
+def _twins(template: Path) -> Iterator[tuple[CausalChain, CausalChain]]:
+    folder = template.parent / f"twins-{format_v4(bytes(16))[:8]}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    paths = [folder / "together.db", folder / "each.db"]
+    for path in paths:
+        shutil.copyfile(template, path)
+    try:
+        with (
+            CausalChain(paths[0], clock=ManualClock(), durability="normal") as together,
+            CausalChain(paths[1], clock=ManualClock(), durability="normal") as each,
+        ):
+            yield together, each
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+LIFECYCLE = [
+    "PlanStarted",
+    "PlanPaused",
+    "PlanResumed",
+    "PlanCompleted",
+    "PlanAborted",
+    "PlanStepStarted",
+    "PlanStepCompleted",
+    "InternalStep",
+    "CapabilityCall",
+]
+
+
+@st.composite
+def _risky_batch(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Actions whose plan lifecycle, parents and causes may point anywhere in the batch
+    (forward references inside one chunk included), so the database may refuse any."""
+    count = draw(st.integers(2, 8) | st.integers(30, 70))
+    ids = [format_v4(draw(st.binary(min_size=16, max_size=16))) for _ in range(count)]
+    items = []
+    for index in range(count):
+        item: dict[str, Any] = {
+            "action_id": ids[index] if draw(st.integers(0, 30)) else ids[max(0, index - 1)],
+            "plan_id": draw(st.sampled_from(["a", "b"])),
+            "intent_id": "i",
+            "action_type": draw(st.sampled_from(LIFECYCLE)),
+            "function_name": "f",
+        }
+        for link in ("parent_action_id", "caused_by"):
+            if draw(st.integers(0, 6)) == 0:
+                item[link] = ids[draw(st.integers(0, count - 1))]
+        items.append(item)
+    return items
+
+
+def _outcome(call: Any) -> tuple[Any, ...]:
+    try:
+        return ("ok", [a.action_seq for a in call()])
+    except CassetteError as refused:
+        return ("refused", refused.code, refused.message)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(items=_risky_batch())
+def test_a_chunked_batch_refuses_what_one_by_one_refuses_at_the_same_index(
+    empty_chain: Path, items: list[dict[str, Any]]
+) -> None:
+    with _twins(empty_chain) as (together, each):
+        before = list(together.conn.iterdump())
+        batch = _outcome(lambda: together.append_actions(items))
+        index = None
+        for position, item in enumerate(items):
+            single = _outcome(lambda item=item: [each.append_action(item)])
+            if single[0] == "refused":
+                index = position
+                break
+        if index is None:
+            assert batch[0] == "ok", batch
+            assert list(together.conn.iterdump()) == list(each.conn.iterdump())
+        else:
+            assert batch[:2] == single[:2], (batch, single, index)
+            assert batch[2] == single[2]
+            assert list(together.conn.iterdump()) == before
+            try:
+                together.append_actions(items)
+            except CassetteError as refused:
+                assert refused.detail["index"] == index
+
+
+@pytest.mark.parametrize("bad", [0, 31, 32, 33, 63, 64, 95, 96, 99])
+def test_a_refusal_at_a_chunk_boundary_names_its_index(empty_chain: Path, bad: int) -> None:
+    items = [action_dict("InternalStep", f"f{n}") for n in range(100)]
+    items[bad]["parent_action_id"] = "ffffffff-ffff-4fff-bfff-ffffffffffff"
+    with _twins(empty_chain) as (together, _):
+        with pytest.raises(CassetteError) as refused:
+            together.append_actions(items)
+        assert refused.value.code is ErrorCode.REFERENCE_MISSING
+        assert refused.value.detail["index"] == bad
+        assert _entries(together.conn) == 0
+
+
+def test_a_batch_that_ends_a_block_mid_chunk_stores_the_blocks_nodes(empty_chain: Path) -> None:
+    """Entry 255 is written by the 16th row of a chunk: the block's nodes are stored by
+    that row's statement, the same nodes as one by one."""
+    with _twins(empty_chain) as (together, each):
+        items = [
+            {**action_dict("InternalStep", f"f{n}"), "action_id": format_v4(n.to_bytes(16, "big"))}
+            for n in range(GROW_BLOCK + 20)
+        ]
+        together.append_actions(items[:240])
+        together.append_actions(items[240:])  # rows 240..275: the block ends at row 15
+        for item in items:
+            each.append_action(item)
+        assert _nodes(together.conn) == _nodes(each.conn) == _by_rule(together.conn)
+        assert list(together.conn.iterdump()) == list(each.conn.iterdump())
+
+
+# =============================================================== (c) migrations
+
+
+def _v8_ledger(
+    path: Path, seals: Path, monkeypatch: pytest.MonkeyPatch, version: int, plan: list[Any]
+) -> tuple[ManualClock, str]:
+    """A ledger built by the first ``version`` migrations: grow to each size, or seal
+    the given size ('head' for the head)."""
+    old = sqlfiles.migrations()[:version]
+    clock = ManualClock()
+    with monkeypatch.context() as patched:
+        patched.setattr(sqlfiles, "migrations", lambda: old)
+        with MessageCassette(path, clock=clock, durability="normal") as cassette:
+            for step in plan:
+                if isinstance(step, tuple):
+                    size = _entries(cassette.conn) if step[1] == "head" else step[1]
+                    seal = record_seal(
+                        cassette.conn, KEY, now_ms=clock.now_ms(), origin=None, size=size
+                    )
+                    write_seal_file(seal, seals)
+                else:
+                    _grow(path, clock, step)
+            assert cassette.conn.execute("PRAGMA user_version").fetchone()[0] == version
+            origin = default_origin(cassette.conn)
+    return clock, origin
+
+
+@pytest.mark.parametrize(
+    ("version", "plan"),
+    [
+        (8, [GROW_BLOCK + 1, ("seal", "head"), GROW_BLOCK + 9]),  # seal at tail + 1
+        (8, [GROW_BLOCK + 2, ("seal", "head"), GROW_BLOCK + 9]),  # one level-1 node
+        (8, [2 * GROW_BLOCK - 1, ("seal", "head")]),  # its own entry ends the block
+        (8, [2 * GROW_BLOCK, ("seal", "head"), 2 * GROW_BLOCK + 7]),  # at a boundary
+        (8, [GROW_BLOCK + 60, ("seal", GROW_BLOCK + 50), ("seal", GROW_BLOCK + 10)]),
+        (8, [GROW_BLOCK + 60, ("seal", 100)]),  # only an earlier block sealed
+        (7, [GROW_BLOCK + 70, ("seal", "head"), GROW_BLOCK + 80]),
+    ],
+)
+def test_c_an_older_ledger_migrates_to_the_rule_and_keeps_its_seals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int, plan: list[Any]
+) -> None:
+    path, seals = tmp_path / "old.db", tmp_path / "seals"
+    seals.mkdir()
+    clock, origin = _v8_ledger(path, seals, monkeypatch, version, plan)
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:  # migrates
+        conn = cassette.conn
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == current_version()
+        assert _nodes(conn) == _by_rule(conn)
+        head = _entries(conn)
+        leaves = [bytes(r[0]) for r in conn.execute("SELECT leaf_hash FROM cassette_journal")]
+        assert StoredTree(conn).root(head) == merkle.root_from_leaves(leaves)
+    anchored = verify_path(
+        str(path), anchors=load_anchors(seals), seal_key=KEY.public_key(), origin=origin
+    )
+    assert anchored.ok and anchored.anchored, anchored.to_dict()
+    _still_works(path, clock)
+    assert verify_path(str(path)).ok
+
+
+def test_c_a_version_1_ledger_migrates_seals_and_grows_a_block(tmp_path: Path) -> None:
+    from catalytic_cassette.migrate import APPLICATION_ID
+
+    path = tmp_path / "v1.db"
+    script = (Path(__file__).parent / "data" / "ledger_v1.sql").read_text()
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.executescript(script)
+    raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    raw.execute("PRAGMA user_version = 1")
+    raw.close()
+    clock = ManualClock()
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        assert _nodes(cassette.conn) == _by_rule(cassette.conn)
+        _seal(cassette.conn)
+    assert verify_path(str(path)).ok
+    _still_works(path, clock)
+    assert verify_path(str(path)).ok
