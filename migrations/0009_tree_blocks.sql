@@ -5,7 +5,7 @@
 -- largest single cost of the write path (docs/BENCHMARKS.md, "Issue 12"). Now the
 -- entry that ends an aligned block of 256 leaves (seq % 256 = 255) stores every node of
 -- that block and the nodes above it that end at that entry: its level-1 nodes, each of
--- which completes its parent when it is a right child, and so on up.
+-- which completes the nodes above it that end where it ends.
 -- Nodes, their encoding and the insert guard that checks each one are unchanged, so
 -- every proof and seal made before still holds.
 --
@@ -21,9 +21,8 @@ DROP TRIGGER cassette_journal_grow_tree;
 -- The journal's trigger stays small on purpose: SQLite allocates and zeroes a frame as
 -- large as a trigger's program for every row it fires on, even when its WHEN clause is
 -- false, so a trigger on every append must be short. It stores the block's level-1
--- nodes; the trigger below completes each node's parent when it is a right child, level
--- by level, up to the block's root and above (the package's connections run with
--- recursive_triggers on, as the migration of 0004 did).
+-- nodes (the trigger below adds the ones above them) and fails closed if the block's
+-- root is not then stored, so no connection can leave a block incomplete.
 CREATE TRIGGER cassette_journal_grow_tree AFTER INSERT ON cassette_journal
 WHEN NEW.seq % 256 = 255
 BEGIN
@@ -34,29 +33,54 @@ BEGIN
     WHERE r.seq BETWEEN NEW.seq - 255 AND NEW.seq AND r.seq % 2 = 1
       AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
     ORDER BY r.seq;
+    SELECT RAISE(ABORT, 'TREE_BROKEN: a complete block of the journal stores its tree nodes')
+    WHERE NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = NEW.seq AND level = 8);
 END;
 
--- A node that is a right child completes its parent, from its left sibling. A parent
--- already stored is skipped, so a node stored early (by a seal) never makes a later
--- append fail.
+-- A level-1 node completes every node above it that ends at the same entry, bottom up,
+-- each from its completed left sibling and the node below it: one statement, so nothing
+-- depends on recursive_triggers (these inserts are level 2 and up, and do not fire this
+-- trigger again). A node already stored (by a seal) is skipped, so a node stored early
+-- never makes a later append fail.
 CREATE TRIGGER cassette_tree_nodes_grow AFTER INSERT ON cassette_tree_nodes
-WHEN (NEW.leaf_end + 1) % (1 << (NEW.level + 1)) = 0
+WHEN NEW.level = 1 AND NEW.leaf_end % 4 = 3
 BEGIN
     INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT NEW.leaf_end, NEW.level + 1, cassette_node_hash(l.hash, NEW.hash)
-    FROM cassette_tree_nodes l
-    WHERE l.leaf_end = NEW.leaf_end - (1 << NEW.level) AND l.level = NEW.level
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes
-                      WHERE leaf_end = NEW.leaf_end AND level = NEW.level + 1);
+    SELECT NEW.leaf_end, level, hash FROM (
+        WITH RECURSIVE up(level, hash) AS (
+            SELECT 1, NEW.hash
+            UNION ALL
+            SELECT up.level + 1, cassette_node_hash(
+                (SELECT hash FROM cassette_tree_nodes
+                 WHERE leaf_end = NEW.leaf_end - (1 << up.level) AND level = up.level),
+                up.hash)
+            FROM up WHERE (NEW.leaf_end + 1) % (1 << (up.level + 1)) = 0
+        )
+        SELECT level, hash FROM up WHERE level > 1 ORDER BY level
+    ) AS above
+    WHERE NOT EXISTS (SELECT 1 FROM cassette_tree_nodes
+                      WHERE leaf_end = NEW.leaf_end AND level = above.level);
 END;
 
 -- Recording a seal stores the level-1 nodes of the incomplete block within its size
--- (their parents follow, as above) before the seal guard of 0004 folds the stored nodes
--- into the root it checks. (SQLite fires the newest BEFORE trigger first; a refused seal
--- undoes these inserts with the rest of its statement.)
-CREATE TRIGGER cassette_seals_store_tail BEFORE INSERT ON cassette_seals
-WHEN typeof(NEW.tree_size) = 'integer' AND NEW.tree_size % 256 > 1
+-- (the nodes above them follow, as above) before it folds the stored nodes into the root
+-- it checks: the seal guard of 0004, re-created with that insert between its size checks
+-- and its root check. One trigger, so the order is its statements' and nothing depends on
+-- the order SQLite fires triggers in. A refused seal undoes these inserts with the rest of
+-- its statement.
+DROP TRIGGER cassette_seals_insert_guard;
+CREATE TRIGGER cassette_seals_insert_guard BEFORE INSERT ON cassette_seals
 BEGIN
+    SELECT RAISE(ABORT, 'APPEND_ONLY: a seal with this seal_id exists')
+    WHERE EXISTS (SELECT 1 FROM cassette_seals WHERE seal_id = NEW.seal_id);
+    SELECT RAISE(ABORT, 'OUT_OF_ORDER: a seal_id must be larger than every existing one')
+    WHERE EXISTS (SELECT 1 FROM cassette_seals WHERE seal_id > NEW.seal_id);
+    SELECT RAISE(ABORT, 'INVALID_SEAL: a seal covers at least one entry')
+    WHERE typeof(NEW.tree_size) IS NOT 'integer' OR NEW.tree_size < 1;
+    SELECT RAISE(ABORT, 'INVALID_SEAL: a seal covers at most the entries the journal has')
+    WHERE NEW.tree_size > coalesce((SELECT max(seq) + 1 FROM cassette_journal), 0);
+    -- (new in 0009) the nodes of the incomplete block within the seal's size, before
+    -- the root is folded from stored nodes; statements of one trigger run in order.
     INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
     SELECT r.seq, 1, cassette_node_hash(l.leaf_hash, r.leaf_hash)
     FROM cassette_journal AS r NOT INDEXED
@@ -65,6 +89,30 @@ BEGIN
       AND r.seq % 2 = 1
       AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
     ORDER BY r.seq;
+    SELECT RAISE(ABORT, 'SEAL_MISMATCH: the sealed root is not the ledger''s root at that size')
+    WHERE NEW.root_hex IS NOT (
+        SELECT lower(hex(acc)) FROM (
+            WITH RECURSIVE fold(b, started, acc) AS (
+                SELECT 0, 0, NULL
+                UNION ALL
+                SELECT b + 1,
+                       started OR (NEW.tree_size >> b) & 1,
+                       CASE WHEN (NEW.tree_size >> b) & 1 = 0 THEN acc
+                            WHEN b = 0 THEN (SELECT leaf_hash FROM cassette_journal
+                                             WHERE seq = NEW.tree_size - 1)
+                            WHEN started THEN cassette_node_hash(
+                                (SELECT hash FROM cassette_tree_nodes
+                                 WHERE level = b AND leaf_end = ((NEW.tree_size >> (b + 1)) << (b + 1))
+                                                                + (1 << b) - 1),
+                                acc)
+                            ELSE (SELECT hash FROM cassette_tree_nodes
+                                  WHERE level = b AND leaf_end = ((NEW.tree_size >> (b + 1)) << (b + 1))
+                                                                 + (1 << b) - 1) END
+                FROM fold WHERE (NEW.tree_size >> b) > 0
+            )
+            SELECT acc FROM fold ORDER BY b DESC LIMIT 1
+        )
+    );
 END;
 
 -- A ledger written before this migration stored every node up to its head; keep only

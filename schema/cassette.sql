@@ -576,42 +576,6 @@ BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_seals rows cannot be updated');
 CREATE TRIGGER cassette_seals_no_delete BEFORE DELETE ON cassette_seals
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_seals rows cannot be deleted'); END;
 
-CREATE TRIGGER cassette_seals_insert_guard BEFORE INSERT ON cassette_seals
-BEGIN
-    SELECT RAISE(ABORT, 'APPEND_ONLY: a seal with this seal_id exists')
-    WHERE EXISTS (SELECT 1 FROM cassette_seals WHERE seal_id = NEW.seal_id);
-    SELECT RAISE(ABORT, 'OUT_OF_ORDER: a seal_id must be larger than every existing one')
-    WHERE EXISTS (SELECT 1 FROM cassette_seals WHERE seal_id > NEW.seal_id);
-    SELECT RAISE(ABORT, 'INVALID_SEAL: a seal covers at least one entry')
-    WHERE typeof(NEW.tree_size) IS NOT 'integer' OR NEW.tree_size < 1;
-    SELECT RAISE(ABORT, 'INVALID_SEAL: a seal covers at most the entries the journal has')
-    WHERE NEW.tree_size > coalesce((SELECT max(seq) + 1 FROM cassette_journal), 0);
-    SELECT RAISE(ABORT, 'SEAL_MISMATCH: the sealed root is not the ledger''s root at that size')
-    WHERE NEW.root_hex IS NOT (
-        SELECT lower(hex(acc)) FROM (
-            WITH RECURSIVE fold(b, started, acc) AS (
-                SELECT 0, 0, NULL
-                UNION ALL
-                SELECT b + 1,
-                       started OR (NEW.tree_size >> b) & 1,
-                       CASE WHEN (NEW.tree_size >> b) & 1 = 0 THEN acc
-                            WHEN b = 0 THEN (SELECT leaf_hash FROM cassette_journal
-                                             WHERE seq = NEW.tree_size - 1)
-                            WHEN started THEN cassette_node_hash(
-                                (SELECT hash FROM cassette_tree_nodes
-                                 WHERE level = b AND leaf_end = ((NEW.tree_size >> (b + 1)) << (b + 1))
-                                                                + (1 << b) - 1),
-                                acc)
-                            ELSE (SELECT hash FROM cassette_tree_nodes
-                                  WHERE level = b AND leaf_end = ((NEW.tree_size >> (b + 1)) << (b + 1))
-                                                                 + (1 << b) - 1) END
-                FROM fold WHERE (NEW.tree_size >> b) > 0
-            )
-            SELECT acc FROM fold ORDER BY b DESC LIMIT 1
-        )
-    );
-END;
-
 CREATE TRIGGER cassette_messages_dense AFTER INSERT ON cassette_messages
 WHEN NEW.message_id > 1
  AND NOT EXISTS (SELECT 1 FROM cassette_messages NOT INDEXED WHERE message_id = NEW.message_id - 1)
@@ -1218,22 +1182,42 @@ BEGIN
     WHERE r.seq BETWEEN NEW.seq - 255 AND NEW.seq AND r.seq % 2 = 1
       AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
     ORDER BY r.seq;
+    SELECT RAISE(ABORT, 'TREE_BROKEN: a complete block of the journal stores its tree nodes')
+    WHERE NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = NEW.seq AND level = 8);
 END;
 
 CREATE TRIGGER cassette_tree_nodes_grow AFTER INSERT ON cassette_tree_nodes
-WHEN (NEW.leaf_end + 1) % (1 << (NEW.level + 1)) = 0
+WHEN NEW.level = 1 AND NEW.leaf_end % 4 = 3
 BEGIN
     INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT NEW.leaf_end, NEW.level + 1, cassette_node_hash(l.hash, NEW.hash)
-    FROM cassette_tree_nodes l
-    WHERE l.leaf_end = NEW.leaf_end - (1 << NEW.level) AND l.level = NEW.level
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes
-                      WHERE leaf_end = NEW.leaf_end AND level = NEW.level + 1);
+    SELECT NEW.leaf_end, level, hash FROM (
+        WITH RECURSIVE up(level, hash) AS (
+            SELECT 1, NEW.hash
+            UNION ALL
+            SELECT up.level + 1, cassette_node_hash(
+                (SELECT hash FROM cassette_tree_nodes
+                 WHERE leaf_end = NEW.leaf_end - (1 << up.level) AND level = up.level),
+                up.hash)
+            FROM up WHERE (NEW.leaf_end + 1) % (1 << (up.level + 1)) = 0
+        )
+        SELECT level, hash FROM up WHERE level > 1 ORDER BY level
+    ) AS above
+    WHERE NOT EXISTS (SELECT 1 FROM cassette_tree_nodes
+                      WHERE leaf_end = NEW.leaf_end AND level = above.level);
 END;
 
-CREATE TRIGGER cassette_seals_store_tail BEFORE INSERT ON cassette_seals
-WHEN typeof(NEW.tree_size) = 'integer' AND NEW.tree_size % 256 > 1
+CREATE TRIGGER cassette_seals_insert_guard BEFORE INSERT ON cassette_seals
 BEGIN
+    SELECT RAISE(ABORT, 'APPEND_ONLY: a seal with this seal_id exists')
+    WHERE EXISTS (SELECT 1 FROM cassette_seals WHERE seal_id = NEW.seal_id);
+    SELECT RAISE(ABORT, 'OUT_OF_ORDER: a seal_id must be larger than every existing one')
+    WHERE EXISTS (SELECT 1 FROM cassette_seals WHERE seal_id > NEW.seal_id);
+    SELECT RAISE(ABORT, 'INVALID_SEAL: a seal covers at least one entry')
+    WHERE typeof(NEW.tree_size) IS NOT 'integer' OR NEW.tree_size < 1;
+    SELECT RAISE(ABORT, 'INVALID_SEAL: a seal covers at most the entries the journal has')
+    WHERE NEW.tree_size > coalesce((SELECT max(seq) + 1 FROM cassette_journal), 0);
+    -- (new in 0009) the nodes of the incomplete block within the seal's size, before
+    -- the root is folded from stored nodes; statements of one trigger run in order.
     INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
     SELECT r.seq, 1, cassette_node_hash(l.leaf_hash, r.leaf_hash)
     FROM cassette_journal AS r NOT INDEXED
@@ -1242,6 +1226,30 @@ BEGIN
       AND r.seq % 2 = 1
       AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
     ORDER BY r.seq;
+    SELECT RAISE(ABORT, 'SEAL_MISMATCH: the sealed root is not the ledger''s root at that size')
+    WHERE NEW.root_hex IS NOT (
+        SELECT lower(hex(acc)) FROM (
+            WITH RECURSIVE fold(b, started, acc) AS (
+                SELECT 0, 0, NULL
+                UNION ALL
+                SELECT b + 1,
+                       started OR (NEW.tree_size >> b) & 1,
+                       CASE WHEN (NEW.tree_size >> b) & 1 = 0 THEN acc
+                            WHEN b = 0 THEN (SELECT leaf_hash FROM cassette_journal
+                                             WHERE seq = NEW.tree_size - 1)
+                            WHEN started THEN cassette_node_hash(
+                                (SELECT hash FROM cassette_tree_nodes
+                                 WHERE level = b AND leaf_end = ((NEW.tree_size >> (b + 1)) << (b + 1))
+                                                                + (1 << b) - 1),
+                                acc)
+                            ELSE (SELECT hash FROM cassette_tree_nodes
+                                  WHERE level = b AND leaf_end = ((NEW.tree_size >> (b + 1)) << (b + 1))
+                                                                 + (1 << b) - 1) END
+                FROM fold WHERE (NEW.tree_size >> b) > 0
+            )
+            SELECT acc FROM fold ORDER BY b DESC LIMIT 1
+        )
+    );
 END;
 
 CREATE TRIGGER cassette_tree_nodes_no_delete BEFORE DELETE ON cassette_tree_nodes

@@ -4,8 +4,9 @@ Wall and CPU time on a shared two-core machine move by 20-30 % between runs; the
 instructions a workload executes in user space is repeatable to about 0.1 %. Each workload
 runs in a fresh interpreter under `valgrind --tool=callgrind` at two sizes, and
 `(Ir(n2) - Ir(n1)) / (n2 - n1)` is the cost of one operation: start-up, imports and the
-ledger's setup cancel out. What it does not count: the kernel's writes of WAL pages, the
-fsyncs of durability `full`, cache misses. Read it beside `bench.py`'s rates, not instead.
+ledger's setup (the same 1,500 pending steps or tasks at both sizes) cancel out. What it
+does not count: the kernel's writes of WAL pages, the fsyncs of durability `full`, cache
+misses. Read it beside `bench.py`'s rates, not instead.
 
     python scripts/bench_instructions.py                       # every workload, normal
     python scripts/bench_instructions.py --workloads cycle --n1 100 --n2 300
@@ -42,6 +43,7 @@ import bench_chain  # noqa: E402
 from catalytic_cassette import ManualClock, MessageCassette  # noqa: E402
 
 WARM = 100  # operations before the counted ones, in both runs
+PENDING = 1_500  # steps (or huey tasks) made ready before any is timed, whatever n is
 BATCH = 1_000
 CONTENDERS = {
     "cycle": ("ours", "ours-fused", "raw", "huey"),
@@ -53,7 +55,7 @@ CONTENDERS = {
 def _cycle_ours(folder: Path, n: int, fused: bool) -> None:
     path = folder / "ours.db"
     with MessageCassette(path, clock=ManualClock(), durability="normal") as cassette:
-        bench.post_batches(cassette, WARM + n + 1, 500)
+        bench.post_batches(cassette, PENDING, 500)
     with MessageCassette(path, clock=ManualClock(), durability="normal") as cassette:
         if not fused:
             for _ in range(WARM + n):
@@ -73,7 +75,7 @@ def _cycle_ours(folder: Path, n: int, fused: bool) -> None:
 
 def _cycle_raw(folder: Path, n: int) -> None:
     templates = bench.Templates(folder, 500)
-    conn = bench.raw_connect(templates.raw(WARM + n + 1), "normal")
+    conn = bench.raw_connect(templates.raw(PENDING), "normal")
     for _ in range(WARM + n):
         claimed = bench.raw_claim(conn, bench.WORKER)
         assert claimed is not None
@@ -83,7 +85,7 @@ def _cycle_raw(folder: Path, n: int) -> None:
 
 def _cycle_huey(folder: Path, n: int) -> None:
     queue, task = bench.make_huey(folder / "huey.db", "normal")
-    for _ in range(WARM + n):
+    for _ in range(PENDING):
         task(bench.PAYLOAD)
     for _ in range(WARM + n):
         item = queue.dequeue()
@@ -120,6 +122,8 @@ RUNNERS: dict[str, Callable[[Path, int], None]] = {
 
 
 def child(name: str, n: int) -> None:
+    if not name.startswith("batch") and WARM + n >= PENDING:
+        raise SystemExit(f"at most {PENDING - WARM - 1} operations per run")
     folder = Path(tempfile.mkdtemp(prefix="bench-instructions-"))
     try:
         RUNNERS[name](folder, n)

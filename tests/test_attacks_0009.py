@@ -3,14 +3,16 @@
 Four changes are attacked here, each as the attackers of LAW.md section 12 would:
 
 1. the Merkle tree stored a block of 256 leaves at a time (``cassette_journal_grow_tree``,
-   ``cassette_tree_nodes_grow``, ``cassette_seals_store_tail``, the migration's one-time
-   delete) and verify's exact rule for the stored set;
+   ``cassette_tree_nodes_grow``, the tail stored by ``cassette_seals_insert_guard``, the
+   migration's one-time delete) and verify's exact rule for the stored set;
 2. one time per write transaction (``cassette_transaction_ms()``);
 3. the journal head read by ``max(seq)`` over the table itself;
 4. batches inserted 32 rows per statement.
 
-Attacks that work are ``xfail(strict=True)``: each asserts what the law promises, so it
-fails today and passes once the recommended fix (in its reason) lands. Every other test
+Two attacks worked against the first version of 0009 (a connection with
+recursive_triggers=OFF left blocks incomplete and honest seals refused for good; a seal
+guard re-created with its own text fired before the tail was stored, unseen by verify);
+both are fixed and their tests below now assert what the law promises. Every other test
 documents a refusal (its code) or a detection (verify's finding, exit 1), and that the
 ledger still works afterwards.
 """
@@ -149,18 +151,6 @@ def ledger(tmp_path: Path) -> tuple[Path, ManualClock]:
 # ================================================= (b) recursive_triggers=OFF writers
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="WORKS: the parents of a block are completed by cassette_tree_nodes_grow firing"
-    " itself, which needs recursive_triggers=ON. A package connection on which a client ran"
-    " PRAGMA recursive_triggers=OFF completes a block with levels 1-2 only; the missing"
-    " nodes are never completed later (level 9+ parents find no left sibling and are"
-    " silently skipped), so every later seal and proof of the honest writers fails"
-    " (TREE_BROKEN / SEAL_MISMATCH). Fix: do not depend on recursive triggers (the grow"
-    " trigger on a level-1 right child inserts all its ancestors with one WITH RECURSIVE,"
-    " as 0004 did), and fail closed: the block trigger RAISEs TREE_BROKEN when the"
-    " block's level-8 node (and the parents ending at NEW.seq) are not stored after it.",
-)
 def test_b_recursive_triggers_off_on_a_package_connection_cannot_break_later_seals(
     ledger: tuple[Path, ManualClock],
 ) -> None:
@@ -179,14 +169,6 @@ def test_b_recursive_triggers_off_on_a_package_connection_cannot_break_later_sea
     assert verify_path(str(path)).ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="WORKS: a look-alike client (attacker b) with the package's functions and TEMP"
-    " triggers but SQLite's default recursive_triggers=OFF stores an incomplete block;"
-    " afterwards no honest writer can seal (LAW 12 (b): 'a forged function can refuse its"
-    " own writes, not others''). Verify reports tree_node (exit 1), but the sealing is"
-    " bricked for good. Fix as in the test above.",
-)
 def test_b_a_look_alike_client_with_default_pragmas_cannot_brick_honest_seals(
     ledger: tuple[Path, ManualClock],
 ) -> None:
@@ -208,10 +190,11 @@ def test_b_a_look_alike_client_with_default_pragmas_cannot_brick_honest_seals(
         assert _seal(honest.conn) == GROW_BLOCK + 20  # today: TREE_BROKEN, level 7
 
 
-def test_b_recursive_triggers_off_today_leaves_the_tree_incomplete_and_verify_says_so(
+def test_b_recursive_triggers_off_still_stores_the_whole_block(
     ledger: tuple[Path, ManualClock],
 ) -> None:
-    """What the two xfails above show, as it behaves today: detected, not prevented."""
+    """Fixed after this pass found it: a level-1 node stores every node above it in one
+    statement, so a connection with recursive_triggers=OFF stores the block as any other."""
     path, clock = ledger
     _grow(path, clock, GROW_BLOCK - 2)
     with MessageCassette(path, clock=clock, durability="normal") as cassette:
@@ -222,33 +205,13 @@ def test_b_recursive_triggers_off_today_leaves_the_tree_incomplete_and_verify_sa
                 "SELECT level, count(*) FROM cassette_tree_nodes GROUP BY level"
             ).fetchall()
         )
-        assert levels == {1: 128, 2: 64}  # levels 3 to 8 of the block are missing
-    report = verify_path(str(path))
-    assert not report.ok
-    assert {f.kind for f in report.errors} == {"tree_node"}
-    assert [7, 3] in [f.key for f in report.errors]
-    with MessageCassette(path, clock=clock, durability="normal") as honest:
-        with pytest.raises(CassetteError) as refused:
-            _seal(honest.conn)
-        assert refused.value.code is ErrorCode.TREE_BROKEN
+        assert levels == {level: GROW_BLOCK >> level for level in range(1, 9)}
+    assert verify_path(str(path)).ok
 
 
 # ================================================ (a) DDL: trigger order, not content
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="WORKS: cassette_seals_store_tail must fire before cassette_seals_insert_guard,"
-    " which holds only because SQLite fires the newest BEFORE trigger first. Dropping and"
-    " re-creating the guard with the same SQL (or reordering sqlite_master rows with"
-    " writable_schema) leaves a schema verify finds identical (it compares objects as a"
-    " set: exit 0), yet every honest seal whose size is not 0 or 1 mod 256 is refused"
-    " (SEAL_MISMATCH). Fix: put the tail INSERT in the guard itself (re-create"
-    " cassette_seals_insert_guard in 0009 with the INSERT before the root check: statements"
-    " of one trigger run in order), or have the guard fold the tail from the leaves; and"
-    " have verify compare the order of triggers per table and event (sqlite_master rowid"
-    " order) with the migrations'.",
-)
 def test_a_reordering_the_seal_triggers_is_reported_or_harmless(
     ledger: tuple[Path, ManualClock],
 ) -> None:
@@ -272,28 +235,26 @@ def test_a_reordering_the_seal_triggers_is_reported_or_harmless(
     assert reported or sealed
 
 
-def test_a_reordering_the_seal_triggers_today_passes_verify_and_refuses_seals(
+def test_a_a_trigger_moved_in_its_events_order_is_reported(
     ledger: tuple[Path, ManualClock],
 ) -> None:
-    """The xfail above as it behaves today (aligned sizes still seal)."""
+    """Fixed after this pass found it: verify compares the order of each table's triggers
+    of one event with the migrations' (SQLite fires the newest first), so re-creating a
+    guard with its very same text is schema_changed; the seal guard stands alone in its
+    event since 0009, so moving it changes nothing and seals still go in."""
     path, clock = ledger
     _grow(path, clock, GROW_BLOCK + 40)
-    digest = file_digest(path)
     raw = sqlite3.connect(path, isolation_level=None)
     (sql,) = raw.execute(
-        "SELECT sql FROM sqlite_master WHERE name = 'cassette_seals_insert_guard'"
+        "SELECT sql FROM sqlite_master WHERE name = 'cassette_steps_update_guard'"
     ).fetchone()
-    raw.execute("DROP TRIGGER cassette_seals_insert_guard")
-    raw.execute(sql)
+    raw.execute("DROP TRIGGER cassette_steps_update_guard")
+    raw.execute(sql)  # now fires before cassette_steps_signature_guard
     raw.close()
-    assert file_digest(path) != digest
-    assert verify_path(str(path)).ok
+    findings = [(f.kind, f.table) for f in verify_path(str(path)).errors]
+    assert findings == [("schema_changed", "cassette_steps")]
     with MessageCassette(path, clock=clock, durability="normal") as honest:
-        with pytest.raises(CassetteError) as refused:
-            _seal(honest.conn)
-        assert refused.value.code is ErrorCode.SEAL_MISMATCH
-        assert _seal(honest.conn, GROW_BLOCK) == GROW_BLOCK  # no tail to store first
-        assert _seal(honest.conn, GROW_BLOCK + 1) == GROW_BLOCK + 1
+        assert _seal(honest.conn) == GROW_BLOCK + 40
 
 
 # ========================================================= (a) raw SQL on the tree

@@ -6,6 +6,7 @@ is compared with what the shipped migrations create in a private in-memory datab
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from functools import lru_cache
 
@@ -108,6 +109,7 @@ def check_schema(conn: sqlite3.Connection, out: Collector) -> bool:
             out.add(
                 Finding(FindingKind.SCHEMA_CHANGED, f"{row[0]} {row[1]} was changed", table=row[2])
             )
+    _check_trigger_order(conn, out, expected)
     for key, row in actual.items():
         if key in expected:
             continue
@@ -171,3 +173,48 @@ def looks_like_a_ledger(conn: sqlite3.Connection) -> bool:
         str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }
     return {"cassette_migrations", "cassette_journal", "cassette_meta"} <= names
+
+
+_TRIGGER_EVENT = re.compile(
+    r"\b(BEFORE|AFTER|INSTEAD\s+OF)?\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE
+)
+
+
+def _event(sql: str | None) -> str:
+    """'AFTER INSERT', 'BEFORE UPDATE', ... of a CREATE TRIGGER (BEFORE when unsaid)."""
+    found = _TRIGGER_EVENT.search(sql or "")
+    if found is None:
+        return "?"
+    timing = " ".join((found.group(1) or "BEFORE").upper().split())
+    return f"{timing} {found.group(2).upper()}"
+
+
+def _check_trigger_order(
+    conn: sqlite3.Connection, out: Collector, expected: dict[tuple[str, str], SchemaRow]
+) -> None:
+    """SQLite fires the triggers of one table and event newest first, in the order of
+    their rows in sqlite_master; dropping a trigger and creating it again with the same
+    text moves it to the front. That order is part of the law (which refusal a write
+    gets, which statement runs first), so the triggers of each table and event must stand
+    in the order the migrations create them."""
+    law: dict[tuple[str, str], list[str]] = {}
+    for (kind, name), row in expected.items():
+        if kind == "trigger":
+            law.setdefault((row[2], _event(row[3])), []).append(name)
+    found: dict[tuple[str, str], list[str]] = {}
+    for name, table, sql in conn.execute(
+        "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY rowid"
+    ):
+        found.setdefault((str(table), _event(sql)), []).append(str(name))
+    for (table, event), names in law.items():
+        present = [name for name in found.get((table, event), []) if name in names]
+        wanted = [name for name in names if name in present]
+        if present != wanted:
+            out.add(
+                Finding(
+                    FindingKind.SCHEMA_CHANGED,
+                    f"the {event} triggers of {table} stand in another order than the"
+                    " migrations make them, so they fire in another order",
+                    table=table,
+                )
+            )
