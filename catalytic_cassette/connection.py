@@ -88,11 +88,12 @@ class TransactionTime:
     ``cassette_transaction_ms()``. Before that, or for SQL run directly on a package
     connection, it is the writer's clock (LAW.md section 9a)."""
 
-    __slots__ = ("clock", "ms")
+    __slots__ = ("clock", "ms", "writing")
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.ms: int | None = None
+        self.writing = False  # inside write_transaction: only there is the time kept
 
     def __call__(self) -> int:
         return self.clock.now_ms() if self.ms is None else self.ms
@@ -289,17 +290,20 @@ def ledger_now(conn: sqlite3.Connection, clock: Clock) -> int:
     so every row is dated alike and the clock guards judge leases by the same time.
     """
     pinned = getattr(conn, "transaction_time", None)
-    if pinned is None or not conn.in_transaction:
+    if pinned is None or not pinned.writing:
         return max(clock.now_ms(), ledger_time(conn))
     if pinned.ms is None:
         pinned.ms = max(clock.now_ms(), ledger_time(conn))
     return int(pinned.ms)
 
 
-def _unpin(conn: sqlite3.Connection) -> None:
+def _pin(conn: sqlite3.Connection, writing: bool) -> None:
+    """A write transaction begins (the time is kept from its first ``ledger_now``) or
+    ends (it is forgotten)."""
     pinned = getattr(conn, "transaction_time", None)
     if pinned is not None:
         pinned.ms = None
+        pinned.writing = writing
 
 
 def _only_the_directory_is_read_only(path: str, exc: sqlite3.Error) -> bool:
@@ -378,6 +382,7 @@ class write_transaction:  # lower case: it is used as a function, `with write_tr
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise _busy_or_translate(conn, exc) from exc
+        _pin(conn, writing=True)
         return conn
 
     def __exit__(
@@ -397,7 +402,7 @@ class write_transaction:  # lower case: it is used as a function, `with write_tr
                 _roll_back(conn, failed)
                 raise
         finally:
-            _unpin(conn)  # the transaction's time ends with it
+            _pin(conn, writing=False)  # the transaction's time ends with it
         if self._after is not None:
             self._after()
 
