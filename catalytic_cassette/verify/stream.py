@@ -3,10 +3,15 @@
 Every append-only table gains rows in journal order (ids are dense and in order, a rule
 of the SQL), so its rows read by rowid, rendered as the body the journaling trigger
 writes, must equal its journal entries in seq order, byte for byte: a merge of two
-streams, one pass, no sort, no JSON parsing. The dates the time check judges come from
-the rendered rows, which equal the bodies. Steps change after they are written, so
-their entries (the only ones parsed here) are replayed into the private history table,
-and the final rows compared with it as ``state.py`` does.
+streams, one pass, no sort, no JSON parsing. The walk pairs each entry with its row
+(the next one of its table, read by rowid with its key and date: the stored key and
+table name are compared and the date judged at once); the bodies are compared with the
+rendered rows inside SQLite, a run of pairs at a time (``RowsCheck``), which the caller
+may hand to another connection reading the same snapshot (GIL-free work beside the
+walk's hashing). The dates the time check judges come from the rows, which equal the
+bodies when every run matched. Steps change after they are written, so their entries
+(the only ones parsed here) are replayed into the private history table, and the final
+rows compared with it as ``state.py`` does.
 
 This is a fast path, never a judge of tampering: the first entry that is not as an
 honest ledger writes it (another table, an unexpected body, a row left over, a body
@@ -19,7 +24,7 @@ from __future__ import annotations
 import itertools
 import operator
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -32,8 +37,10 @@ from .timeline import TimeJudge
 _STEPS = "cassette_steps"
 _STEPS_NAME = _STEPS.encode()  # as the journal stores it, read as bytes
 _BATCH = 1024
-# The columns of a rendered row: the body the journal should hold, its date, its key.
-_BODY, _DATE, _KEY = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+# The columns of a row as the walk reads it: its rowid, its date, its key.
+_ROWID, _DATE, _KEY = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+# Pairs of (entry, row) per body comparison handed out (about 0.1 s of SQLite's time).
+RUN_ROWS = 32_768
 _UPSERT = (
     f"INSERT INTO {HISTORY} (tbl, rid, k, seq, n, inserts, first_seq, first_insert)"
     " VALUES (?, ?, ?, ?, 1, ?, ?, ?)"
@@ -48,27 +55,73 @@ def _rows(cursor: sqlite3.Cursor) -> Iterator[Any]:
     return itertools.chain.from_iterable(iter(lambda: cursor.fetchmany(_BATCH), []))
 
 
-class StateStream:
-    """Fed every journal entry in seq order by the chain walk (``see``)."""
+class RowsCheck:
+    """Runs of (journal entry, row) pairs of one table whose bodies must equal the rows
+    rendered as the journaling trigger writes them; ``run`` on any connection that reads
+    the same snapshot. Reads the journal and the table by rowid only."""
 
-    def __init__(self, conn: sqlite3.Connection, now_ms: int, skew_ms: int, jump_ms: int) -> None:
+    def __init__(self, stream: StateStream, table: str, runs: list[tuple[int, int, int]]) -> None:
+        self.stream = stream
+        self.table = table
+        self.runs = runs
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        expected = sum(count for _, _, count in self.runs)
+        spec = TABLES[self.table]
+        (matched,) = conn.execute(
+            # (the runs materialized: read once each, not once per pair)
+            "WITH p(s, r, n) AS MATERIALIZED (SELECT json_extract(value, '$[0]'),"
+            " json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?))"
+            " SELECT count(*) FROM p CROSS JOIN main.cassette_journal AS j NOT INDEXED"
+            f" CROSS JOIN main.{self.table} AS t NOT INDEXED"
+            f" WHERE j.seq >= p.s AND j.seq < p.s + p.n AND t.{spec.rowid} = p.r + (j.seq - p.s)"
+            f" AND j.body = {rendered(self.table, spec.key, spec.columns, 'INSERT')}",
+            (orjson.dumps(self.runs).decode(),),
+        ).fetchone()
+        if matched != expected:
+            self.stream.held = False  # a body differs from its row: the full checks name it
+
+
+class StateStream:
+    """Fed every journal entry in seq order by the chain walk (``see``).
+
+    ``defer`` takes each ``RowsCheck`` as it is made (to run it on any connection before
+    ``finish``); without it, the checks run here, on ``conn``, as they come. ``end_walk``
+    hands out the last ones.
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        now_ms: int,
+        skew_ms: int,
+        jump_ms: int,
+        defer: Callable[[RowsCheck], None] | None = None,
+    ) -> None:
         self.conn = conn
         self.rows = Collector()
         self.time = Collector()
         self.judge = TimeJudge(self.time, now_ms, skew_ms, jump_ms)
         self.held = True  # every entry so far is as an honest writer makes it
+        self._defer = defer
         self._steps: list[tuple[Any, ...]] = []
         create_history(conn)
-        # b'{"table":"T","op":"INSERT","key":' -> the table's rows, rendered, in rowid order
-        self._streams: dict[bytes, tuple[Iterator[Any], str, bytes]] = {}
+        # b'{"table":"T","op":"INSERT","key":' -> the table's rows (rowid, date, key) in
+        # rowid order, its name, its name as stored, its runs not yet handed out
+        self._streams: dict[bytes, tuple[Iterator[Any], str, bytes, _Runs]] = {}
         for name, spec in TABLES.items():
             if name in MUTABLE_TABLES:
                 continue
             cursor = conn.execute(
-                f"SELECT {rendered(name, spec.key, spec.columns, 'INSERT')}, t.{spec.dated_by},"
-                f" t.{spec.key} FROM main.{name} AS t NOT INDEXED ORDER BY t.{spec.rowid}"
+                f"SELECT t.{spec.rowid}, t.{spec.dated_by}, t.{spec.key}"
+                f" FROM main.{name} AS t NOT INDEXED ORDER BY t.{spec.rowid}"
             )
-            self._streams[_prefix(name, "INSERT")] = (_rows(cursor), name, name.encode())
+            self._streams[_prefix(name, "INSERT")] = (
+                _rows(cursor),
+                name,
+                name.encode(),
+                _Runs(),
+            )
         self._step_ops = {_prefix(_STEPS, "INSERT"): 1, _prefix(_STEPS, "UPDATE"): 0}
 
     def see(self, seqs: list[int], bodies: list[bytes], tables: list[Any], keys: list[Any]) -> None:
@@ -96,21 +149,57 @@ class StateStream:
                 j = i + 1
                 while j < count and bodies[j].startswith(prefix):
                     j += 1
-            rendered = list(itertools.islice(stream[0], j - i))
+            rows = list(itertools.islice(stream[0], j - i))
             if (
-                list(map(_BODY, rendered)) != bodies[i:j]
-                or list(map(_KEY, rendered)) != keys[i:j]
+                len(rows) != j - i
+                or list(map(_KEY, rows)) != keys[i:j]
                 or tables[i:j] != [name] * (j - i)
             ):
-                self.held = False  # a row, or a stored name or key, differs: the full checks
-                return  # name it
-            self._dated(seqs[i:j], rendered, stream[1])
+                self.held = False  # a row missing, or a stored name or key differs: the
+                return  # full checks name it
+            self._paired(stream[3], stream[1], seqs[i:j], list(map(_ROWID, rows)))
+            self._dated(seqs[i:j], rows, stream[1])
             i = j
 
-    def _dated(self, seqs: list[int], rendered: list[Any], table: str) -> None:
-        """The dates of a run of rendered rows (column 1), judged in journal order."""
+    def _paired(self, runs: _Runs, table: str, seqs: list[int], rowids: list[Any]) -> None:
+        """Entries ``seqs`` hold the rows ``rowids``: their bodies are compared in runs
+        where both step by one."""
+        count = len(seqs)
+        first_seq, first_rowid = seqs[0], rowids[0]
+        if (
+            type(first_rowid) is int
+            and seqs[-1] - first_seq == count - 1
+            and rowids[-1] - first_rowid == count - 1
+            and rowids == list(range(first_rowid, first_rowid + count))
+            and seqs == list(range(first_seq, first_seq + count))
+        ):
+            runs.add(first_seq, first_rowid, count)  # the common case: one run
+        else:
+            for seq, rowid in zip(seqs, rowids, strict=True):
+                if type(rowid) is not int:
+                    self.held = False  # (a rowid is an integer: the full checks name it)
+                    return
+                runs.add(seq, rowid, 1)
+        if runs.rows >= RUN_ROWS:
+            self._hand_out(table, runs)
+
+    def _hand_out(self, table: str, runs: _Runs) -> None:
+        check = RowsCheck(self, table, runs.take())
+        if self._defer is not None:
+            self._defer(check)
+        else:
+            check.run(self.conn)
+
+    def end_walk(self) -> None:
+        """The walk is over: hand out the runs not yet compared."""
+        for _, table, _, runs in self._streams.values():
+            if runs.rows:
+                self._hand_out(table, runs)
+
+    def _dated(self, seqs: list[int], rows: list[Any], table: str) -> None:
+        """The dates of a run of rows (column 1), judged in journal order."""
         judge = self.judge
-        dates = list(map(_DATE, rendered))
+        dates = list(map(_DATE, rows))
         latest = judge.latest
         if (
             not judge.waiting
@@ -124,7 +213,7 @@ class StateStream:
             if not steps or (min(steps) >= 0 and max(steps) <= judge.jump_ms):
                 judge.latest = dates[-1]  # nothing to report: the common case
                 return
-        for seq, row in zip(seqs, rendered, strict=True):
+        for seq, row in zip(seqs, rows, strict=True):
             if row[1] is not None:
                 judge.dated(seq, table, row[2], row[1])
 
@@ -153,11 +242,15 @@ class StateStream:
 
     def finish(self) -> bool:
         """True when the fast path held to the end: ``rows`` and ``time`` then hold this
-        check's findings. False: the caller runs the full checks instead."""
+        check's findings. False: the caller runs the full checks instead.
+
+        Every ``RowsCheck`` handed to ``defer`` must have run by now (the rest run here)."""
         try:
+            if self.held:
+                self.end_walk()
             if not self.held:
                 return False
-            for rows, _, _ in self._streams.values():
+            for rows, _, _, _ in self._streams.values():
                 if next(rows, None) is not None:  # a row without an entry
                     return False
             self._flush()
@@ -170,6 +263,29 @@ class StateStream:
             if isinstance(finding.key, bytes):
                 finding.key = finding.key.decode("utf-8", "replace")
         return True
+
+
+class _Runs:
+    """(first seq, first rowid, count) runs of one table's pairs, not yet handed out."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[int, int, int]] = []
+        self.rows = 0
+
+    def add(self, seq: int, rowid: int, count: int) -> None:
+        runs = self.runs
+        if runs:
+            last_seq, last_rowid, last_count = runs[-1]
+            if seq == last_seq + last_count and rowid == last_rowid + last_count:
+                runs[-1] = (last_seq, last_rowid, last_count + count)
+                self.rows += count
+                return
+        runs.append((seq, rowid, count))
+        self.rows += count
+
+    def take(self) -> list[tuple[int, int, int]]:
+        runs, self.runs, self.rows = self.runs, [], 0
+        return runs
 
 
 def _prefix(table: str, op: str) -> bytes:
