@@ -95,17 +95,16 @@ def verify_connection(
             else None
         )
         see = stream.see if stream is not None else None
-        try:
-            report.journal_rows = check_chain(conn, out, options.progress, walk, see=see)
-            walk.finish()
-            if stream is not None:
-                stream.end_walk()
-        finally:
-            checks.walk_done()  # (the other threads stop waiting for more work)
+        report.journal_rows = check_chain(conn, out, options.progress, walk, see=see)
+        walk.finish()
+        if stream is not None:
+            stream.end_walk()
+        checks.walk_done()
         checks.work(conn)  # what no other thread has started
         checks.wait_for_rows_checks()  # (the last ones, run by another thread)
         checks.check_rows(conn, stream)
     finally:
+        checks.walk_done()  # (whatever happened: the other threads stop waiting for more)
         for worker in workers:
             worker.join()
     checks.raise_errors()
