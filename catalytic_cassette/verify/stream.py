@@ -39,8 +39,10 @@ _STEPS_NAME = _STEPS.encode()  # as the journal stores it, read as bytes
 _BATCH = 1024
 # The columns of a row as the walk reads it: its rowid, its date, its key.
 _ROWID, _DATE, _KEY = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
-# Pairs of (entry, row) per body comparison handed out (about 0.1 s of SQLite's time).
+# Pairs of (entry, row) per body comparison handed out (about 0.1 s of SQLite's time),
+# in at most RUN_COUNT runs (memory: a few tens of KiB a comparison).
 RUN_ROWS = 32_768
+RUN_COUNT = 1024
 _UPSERT = (
     f"INSERT INTO {HISTORY} (tbl, rid, k, seq, n, inserts, first_seq, first_insert)"
     " VALUES (?, ?, ?, ?, 1, ?, ?, ?)"
@@ -180,7 +182,7 @@ class StateStream:
                     self.held = False  # (a rowid is an integer: the full checks name it)
                     return
                 runs.add(seq, rowid, 1)
-        if runs.rows >= RUN_ROWS:
+        if runs.rows >= RUN_ROWS or len(runs.runs) >= RUN_COUNT:
             self._hand_out(table, runs)
 
     def _hand_out(self, table: str, runs: _Runs) -> None:
