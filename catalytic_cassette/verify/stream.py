@@ -21,10 +21,9 @@ runs the full replay and time checks, whose findings are precise.
 
 from __future__ import annotations
 
-import itertools
 import operator
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -37,8 +36,6 @@ from .timeline import TimeJudge
 _STEPS = "cassette_steps"
 _STEPS_NAME = _STEPS.encode()  # as the journal stores it, read as bytes
 _BATCH = 1024
-# The columns of a row as the walk reads it: its rowid, its date, its key.
-_ROWID, _DATE, _KEY = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
 # Pairs of (entry, row) per body comparison handed out (about 0.1 s of SQLite's time),
 # in at most RUN_COUNT runs (memory: a few tens of KiB a comparison).
 RUN_ROWS = 32_768
@@ -50,11 +47,6 @@ _UPSERT = (
     " inserts = inserts + excluded.inserts,"
     " first_insert = coalesce(first_insert, excluded.first_insert)"
 )
-
-
-def _rows(cursor: sqlite3.Cursor) -> Iterator[Any]:
-    """A cursor's rows fetched in batches (fewer calls per row than iterating it)."""
-    return itertools.chain.from_iterable(iter(lambda: cursor.fetchmany(_BATCH), []))
 
 
 class RowsCheck:
@@ -110,7 +102,7 @@ class StateStream:
         create_history(conn)
         # b'{"table":"T","op":"INSERT","key":' -> the table's rows (rowid, date, key) in
         # rowid order, its name, its name as stored, its runs not yet handed out
-        self._streams: dict[bytes, tuple[Iterator[Any], str, bytes, _Runs]] = {}
+        self._streams: dict[bytes, tuple[sqlite3.Cursor, str, bytes, _Runs]] = {}
         for name, spec in TABLES.items():
             if name in MUTABLE_TABLES:
                 continue
@@ -118,12 +110,7 @@ class StateStream:
                 f"SELECT t.{spec.rowid}, t.{spec.dated_by}, t.{spec.key}"
                 f" FROM main.{name} AS t NOT INDEXED ORDER BY t.{spec.rowid}"
             )
-            self._streams[_prefix(name, "INSERT")] = (
-                _rows(cursor),
-                name,
-                name.encode(),
-                _Runs(),
-            )
+            self._streams[_prefix(name, "INSERT")] = (cursor, name, name.encode(), _Runs())
         self._step_ops = {_prefix(_STEPS, "INSERT"): 1, _prefix(_STEPS, "UPDATE"): 0}
 
     def see(self, seqs: list[int], bodies: list[bytes], tables: list[Any], keys: list[Any]) -> None:
@@ -145,25 +132,26 @@ class StateStream:
                 i += 1
                 continue
             name = stream[2]
-            if i == 0 and tables.count(name) == count:
+            named = i == 0 and tables.count(name) == count
+            if named:
                 j = count  # the common case: the whole batch is this table's
             else:
                 j = i + 1
                 while j < count and bodies[j].startswith(prefix):
                     j += 1
-            rows = list(itertools.islice(stream[0], j - i))
-            if (
-                len(rows) != j - i
-                or list(map(_KEY, rows)) != keys[i:j]
-                or tables[i:j] != [name] * (j - i)
-            ):
-                self.held = False  # a row missing, or a stored name or key differs: the
-                return  # full checks name it
-            self._paired(stream[3], stream[1], seqs[i:j], list(map(_ROWID, rows)))
-            self._dated(seqs[i:j], rows, stream[1])
+            rows = stream[0].fetchmany(j - i)
+            if len(rows) != j - i:
+                self.held = False  # an entry without a row: the full checks name it
+                return
+            rowids, dates, row_keys = zip(*rows, strict=True)
+            if list(row_keys) != keys[i:j] or (not named and tables[i:j] != [name] * (j - i)):
+                self.held = False  # a stored name or key differs: the full checks name it
+                return
+            self._paired(stream[3], stream[1], seqs[i:j], rowids)
+            self._dated(seqs[i:j], dates, row_keys, stream[1])
             i = j
 
-    def _paired(self, runs: _Runs, table: str, seqs: list[int], rowids: list[Any]) -> None:
+    def _paired(self, runs: _Runs, table: str, seqs: list[int], rowids: tuple[Any, ...]) -> None:
         """Entries ``seqs`` hold the rows ``rowids``: their bodies are compared in runs
         where both step by one."""
         count = len(seqs)
@@ -172,7 +160,7 @@ class StateStream:
             type(first_rowid) is int
             and seqs[-1] - first_seq == count - 1
             and rowids[-1] - first_rowid == count - 1
-            and rowids == list(range(first_rowid, first_rowid + count))
+            and rowids == tuple(range(first_rowid, first_rowid + count))
             and seqs == list(range(first_seq, first_seq + count))
         ):
             runs.add(first_seq, first_rowid, count)  # the common case: one run
@@ -198,10 +186,11 @@ class StateStream:
             if runs.rows:
                 self._hand_out(table, runs)
 
-    def _dated(self, seqs: list[int], rows: list[Any], table: str) -> None:
-        """The dates of a run of rows (column 1), judged in journal order."""
+    def _dated(
+        self, seqs: list[int], dates: tuple[Any, ...], keys: tuple[Any, ...], table: str
+    ) -> None:
+        """The dates of a run of rows (and their keys), judged in journal order."""
         judge = self.judge
-        dates = list(map(_DATE, rows))
         latest = judge.latest
         if (
             not judge.waiting
@@ -215,9 +204,9 @@ class StateStream:
             if not steps or (min(steps) >= 0 and max(steps) <= judge.jump_ms):
                 judge.latest = dates[-1]  # nothing to report: the common case
                 return
-        for seq, row in zip(seqs, rows, strict=True):
-            if row[1] is not None:
-                judge.dated(seq, table, row[2], row[1])
+        for seq, date, key in zip(seqs, dates, keys, strict=True):
+            if date is not None:
+                judge.dated(seq, table, key, date)
 
     def _step(self, seq: int, body: bytes, insert: int, table: Any, stored_key: Any) -> None:
         try:
@@ -252,8 +241,8 @@ class StateStream:
                 self.end_walk()
             if not self.held:
                 return False
-            for rows, _, _, _ in self._streams.values():
-                if next(rows, None) is not None:  # a row without an entry
+            for cursor, _, _, _ in self._streams.values():
+                if cursor.fetchone() is not None:  # a row without an entry
                     return False
             self._flush()
             self.judge.finish()
