@@ -223,6 +223,7 @@ def _connections(monkeypatch: pytest.MonkeyPatch, sides: int) -> None:
 @pytest.mark.parametrize("sides", [0, 1, 3])
 @pytest.mark.parametrize("run_rows", [1, 2, 32_768])
 @pytest.mark.parametrize("waiting", [0, 1, 64])
+@pytest.mark.parametrize("shift", [0, 1, 12])
 def test_an_honest_ledger_holds_whoever_compares_the_bodies(
     sealed: Path,  # noqa: F811
     spy: list[bool],
@@ -230,10 +231,13 @@ def test_an_honest_ledger_holds_whoever_compares_the_bodies(
     sides: int,
     run_rows: int,
     waiting: int,
+    shift: int,
 ) -> None:
-    """The bodies are compared a run of entries at a time, on whichever connection is
-    free (or on the walk's when too many wait): an honest ledger holds either way."""
+    """Blocks of rows are compared by the walk as it reads them, or handed out a run of
+    entries at a time to whichever connection is free (to the walk's when too many
+    wait): an honest ledger holds either way."""
     monkeypatch.setattr(stream_module, "RUN_ROWS", run_rows)
+    monkeypatch.setattr(stream_module, "SHARE_SHIFT", shift)
     monkeypatch.setattr(verify_run._SqlChecks, "MAX_WAITING", waiting)
     _connections(monkeypatch, sides)
     assert verify_path(str(sealed), now_ms=VERIFIED_AT).ok
@@ -264,6 +268,7 @@ def test_a_gap_in_the_ids_and_seqs_splits_the_runs(
         conn.execute(sql)
     conn.close()
     monkeypatch.setattr(stream_module, "RUN_ROWS", 2)
+    monkeypatch.setattr(stream_module, "SHARE_SHIFT", 0)
     fast = _findings(path, monkeypatch, _Spy)
     assert spy == [True]
     assert "journal_gap" in {f["kind"] for f in fast[0]}
@@ -283,8 +288,9 @@ def test_bodies_compared_in_runs_on_any_connection_agree_with_the_full_replay(
     monkeypatch: pytest.MonkeyPatch,
     data: st.DataObject,
 ) -> None:
-    """Whatever the length of the runs compared at once, the number of connections and
-    how many comparisons may wait: the findings of the full replay."""
+    """Whatever the blocks of rows the walk compares itself, the length of the runs
+    compared elsewhere at once, the number of connections and how many comparisons may
+    wait: the findings of the full replay."""
     path = tmp_path_factory.mktemp("mutated") / "ledger.db"
     shutil.copyfile(sealed, path)
     _tamper(path, data)
@@ -297,6 +303,9 @@ def test_bodies_compared_in_runs_on_any_connection_agree_with_the_full_replay(
             verify_run._SqlChecks,
             "MAX_WAITING",
             data.draw(st.sampled_from([0, 1, 64]), label="waiting"),
+        )
+        patch.setattr(
+            stream_module, "SHARE_SHIFT", data.draw(st.sampled_from([0, 1, 12]), label="shift")
         )
         _connections(patch, data.draw(st.sampled_from([0, 1, 3]), label="sides"))
         _Spy.outcomes = []

@@ -90,6 +90,7 @@ def verify_connection(
                 options.clock_skew_ms,
                 options.max_time_jump_ms,
                 defer=checks.defer(conn) if workers else None,
+                shares=1 + len(workers),
             )
             if schema_intact and options.run_id is None
             else None

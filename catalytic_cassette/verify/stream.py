@@ -5,11 +5,13 @@ of the SQL), so its rows read by rowid, rendered as the body the journaling trig
 writes, must equal its journal entries in seq order, byte for byte: a merge of two
 streams, one pass, no sort, no JSON parsing. The walk pairs each entry with its row
 (the next one of its table, read by rowid with its key and date: the stored key and
-table name are compared and the date judged at once); the bodies are compared with the
-rendered rows inside SQLite, a run of pairs at a time (``RowsCheck``), which the caller
-may hand to another connection reading the same snapshot (GIL-free work beside the
-walk's hashing). The dates the time check judges come from the rows, which equal the
-bodies when every run matched. Steps change after they are written, so their entries
+table name are compared and the date judged at once). Rows are rendered by SQLite in
+blocks of 4,096 ids: the walk's own connection renders one block in ``shares`` and
+compares it as it reads it; the other blocks' bodies are compared with their rendered
+rows inside SQLite, a run of pairs at a time (``RowsCheck``), which the caller hands to
+whichever connection reading the same snapshot is free (GIL-free work beside the walk's
+hashing). The dates the time check judges come from the rows, which equal the bodies
+when every comparison held. Steps change after they are written, so their entries
 (the only ones parsed here) are replayed into the private history table, and the final
 rows compared with it as ``state.py`` does.
 
@@ -40,6 +42,8 @@ _BATCH = 1024
 # in at most RUN_COUNT runs (memory: a few tens of KiB a comparison).
 RUN_ROWS = 32_768
 RUN_COUNT = 1024
+# Rows are shared out in blocks of 2**SHARE_SHIFT ids.
+SHARE_SHIFT = 12
 _UPSERT = (
     f"INSERT INTO {HISTORY} (tbl, rid, k, seq, n, inserts, first_seq, first_insert)"
     " VALUES (?, ?, ?, ?, 1, ?, ?, ?)"
@@ -80,8 +84,9 @@ class StateStream:
     """Fed every journal entry in seq order by the chain walk (``see``).
 
     ``defer`` takes each ``RowsCheck`` as it is made (to run it on any connection before
-    ``finish``); without it, the checks run here, on ``conn``, as they come. ``end_walk``
-    hands out the last ones.
+    ``finish``), for all blocks of rows but one in ``shares`` (the connections that share
+    the comparisons); without it, every row is rendered and compared here, as it comes.
+    ``end_walk`` hands out the last checks.
     """
 
     def __init__(
@@ -91,6 +96,7 @@ class StateStream:
         skew_ms: int,
         jump_ms: int,
         defer: Callable[[RowsCheck], None] | None = None,
+        shares: int = 1,
     ) -> None:
         self.conn = conn
         self.rows = Collector()
@@ -100,14 +106,19 @@ class StateStream:
         self._defer = defer
         self._steps: list[tuple[Any, ...]] = []
         create_history(conn)
-        # b'{"table":"T","op":"INSERT","key":' -> the table's rows (rowid, date, key) in
-        # rowid order, its name, its name as stored, its runs not yet handed out
+        # b'{"table":"T","op":"INSERT","key":' -> the table's rows (rendered or, for a
+        # block handed out, NULL; rowid, date, key) in rowid order, its name, its name as
+        # stored, its runs not yet handed out
+        shares = max(1, shares) if defer is not None else 1
         self._streams: dict[bytes, tuple[sqlite3.Cursor, str, bytes, _Runs]] = {}
         for name, spec in TABLES.items():
             if name in MUTABLE_TABLES:
                 continue
+            body = rendered(name, spec.key, spec.columns, "INSERT")
             cursor = conn.execute(
-                f"SELECT t.{spec.rowid}, t.{spec.dated_by}, t.{spec.key}"
+                f"SELECT CASE WHEN (t.{spec.rowid} >> {SHARE_SHIFT}) % {shares} = 0"
+                f" THEN {body} END,"
+                f" t.{spec.rowid}, t.{spec.dated_by}, t.{spec.key}"
                 f" FROM main.{name} AS t NOT INDEXED ORDER BY t.{spec.rowid}"
             )
             self._streams[_prefix(name, "INSERT")] = (cursor, name, name.encode(), _Runs())
@@ -143,11 +154,28 @@ class StateStream:
             if len(rows) != j - i:
                 self.held = False  # an entry without a row: the full checks name it
                 return
-            rowids, dates, row_keys = zip(*rows, strict=True)
+            texts, rowids, dates, row_keys = zip(*rows, strict=True)
             if list(row_keys) != keys[i:j] or (not named and tables[i:j] != [name] * (j - i)):
                 self.held = False  # a stored name or key differs: the full checks name it
                 return
-            self._paired(stream[3], stream[1], seqs[i:j], rowids)
+            handed = texts.count(None)
+            if handed == 0:  # all rendered here
+                if list(texts) != bodies[i:j]:
+                    self.held = False  # a row differs: the full checks name it
+                    return
+            elif handed == j - i:  # all handed out
+                self._paired(stream[3], stream[1], seqs[i:j], rowids)
+            else:  # (at the edge of a block)
+                if any(t is not None and t != b for t, b in zip(texts, bodies[i:j], strict=True)):
+                    self.held = False
+                    return
+                out = [k for k, text in enumerate(texts) if text is None]
+                self._paired(
+                    stream[3],
+                    stream[1],
+                    [seqs[i + k] for k in out],
+                    tuple(rowids[k] for k in out),
+                )
             self._dated(seqs[i:j], dates, row_keys, stream[1])
             i = j
 
