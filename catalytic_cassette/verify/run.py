@@ -119,7 +119,7 @@ def verify_connection(
     tables_intact = schema_intact and checks.pages_intact
     if tables_intact:
         if options.artifact_root is not None:
-            check_artifacts(conn, out, options.artifact_root)
+            checks.artifacts_into(out)
         if options.public_key is not None:
             check_signatures(conn, out, options.public_key)
         if options.worker_keys is not None:
@@ -241,7 +241,13 @@ class _SqlChecks:
         # once its walk is done; the walk's body comparisons queue behind the tables, so
         # the threads stay busy until the end and finish together.
         self._tables = tables
-        self._work: collections.deque[str | RowsCheck] = collections.deque(tables)
+        self._work: collections.deque[str | RowsCheck | _Artifacts] = collections.deque(tables)
+        # The artifact files are checked by whoever is free too (they count only if the
+        # pages and indexes are intact, and come after the rows' findings).
+        root = options.artifact_root
+        self._artifacts = _Artifacts(root) if schema_intact and root is not None else None
+        if self._artifacts is not None:
+            self._work.append(self._artifacts)
         self._waiting = 0  # body comparisons in ``_work``
         self._walking = True
         self._cond = threading.Condition()
@@ -278,7 +284,7 @@ class _SqlChecks:
                 if not self._work or "file" in self.errors:
                     return
                 piece = self._work.popleft()
-                if not isinstance(piece, str):
+                if isinstance(piece, RowsCheck):
                     self._waiting -= 1
                     self._checking += 1
             try:
@@ -292,7 +298,7 @@ class _SqlChecks:
                 with cond:
                     self.errors.setdefault("file", exc)
             finally:
-                if not isinstance(piece, str):
+                if isinstance(piece, RowsCheck):
                     with cond:
                         self._checking -= 1
                         cond.notify_all()
@@ -327,6 +333,15 @@ class _SqlChecks:
         except BaseException as exc:
             self.errors["rows"] = exc
 
+    def artifacts_into(self, out: Collector) -> None:
+        """The artifact files' findings (or what checking them raised), where the check
+        would have run."""
+        if self._artifacts is None:
+            return
+        if self._artifacts.error is not None:
+            raise self._artifacts.error
+        out.merge(self._artifacts.found)
+
     def raise_errors(self) -> None:
         if "file" in self.errors:
             raise self.errors["file"]
@@ -337,6 +352,23 @@ class _SqlChecks:
         elif "rows" in self.errors:
             raise self.errors["rows"]
         self.rows.merge(self.time)
+
+
+class _Artifacts:
+    """The artifact files as a piece of work: findings, or what the check raised."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self.found = Collector()
+        self.error: BaseException | None = None
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        if self.root is None:
+            return
+        try:
+            check_artifacts(conn, self.found, self.root)
+        except BaseException as exc:  # raised where the check counts (intact pages)
+            self.error = exc
 
 
 def _integrity_check(conn: sqlite3.Connection, out: Collector, table: str) -> None:
