@@ -37,20 +37,36 @@ def phases(path: str) -> list[tuple[str, float]]:
     out = findings.Collector()
     now = SystemClock().now_ms()
 
+    deferred: list[stream.RowsCheck] = []
+    streams: list[stream.StateStream] = []
+
     def walk(tree: bool, rows: bool) -> None:
         walk = chain.TreeWalk(conn, out, set(), stored_nodes=True) if tree else None
-        streamed = stream.StateStream(conn, now, 300_000, 86_400_000) if rows else None
+        streamed = (
+            # (as on two cores: the walk renders one block of rows in two, the other
+            # blocks' bodies are compared by whichever connection is free)
+            stream.StateStream(conn, now, 300_000, 86_400_000, defer=deferred.append, shares=2)
+            if rows
+            else None
+        )
         see = streamed.see if streamed is not None else None
         chain.check_chain(conn, out, None, walk, see=see)
         if walk is not None:
             walk.finish()
         if streamed is not None:
-            assert streamed.finish(), "the fast path did not hold on this ledger"
+            streamed.end_walk()
+            streams.append(streamed)  # its body comparisons are the next piece
+
+    def bodies() -> None:
+        for check in deferred:
+            check.run(conn)
+        assert streams.pop().finish(), "the fast path did not hold on this ledger"
 
     steps = [
         ("chain alone (fetch, leaf and link hashes)", lambda: walk(False, False)),
         ("chain and tree", lambda: walk(True, False)),
         ("chain, tree, state and time streamed (the walk)", lambda: walk(True, True)),
+        ("the other half of the bodies against their rows (either connection)", bodies),
         (
             "pages and indexes (integrity_check, every table)",
             lambda: [run._integrity_check(conn, out, t) for t in run._tables_to_check(conn)],

@@ -22,6 +22,7 @@ from catalytic_cassette import ManualClock, MessageCassette
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.merkle import root_from_leaves
 from catalytic_cassette.verify import run as verify_run
+from catalytic_cassette.verify import stream as stream_module
 from catalytic_cassette.verify import verify_path
 from catalytic_cassette.verify.stream import StateStream
 from catalytic_cassette.verify.tables import TABLES
@@ -184,6 +185,16 @@ def test_the_fast_path_and_the_full_replay_agree(
 ) -> None:
     path = tmp_path_factory.mktemp("mutated") / "ledger.db"
     shutil.copyfile(sealed, path)
+    _tamper(path, data)
+    _Spy.outcomes = []
+    fast = _findings(path, monkeypatch, _Spy)
+    event(f"fast path held: {_Spy.outcomes}, ok: {fast[1]}")
+    full = _findings(path, monkeypatch, _NeverHolds)
+    assert fast == full
+
+
+def _tamper(path: Path, data: st.DataObject) -> None:
+    """History rewritten and rehashed, or one raw mutation behind the triggers."""
     if data.draw(st.booleans(), label="rewrite history"):
         conn = sqlite3.connect(path)
         size = conn.execute("SELECT count(*) FROM cassette_journal").fetchone()[0]
@@ -200,10 +211,106 @@ def test_the_fast_path_and_the_full_replay_agree(
         _rewrite_history(path, seq, {field: value}, data.draw(st.booleans(), label="row too"))
     else:
         mutate_behind_the_triggers(path, data)
-    _Spy.outcomes = []
+
+
+def _connections(monkeypatch: pytest.MonkeyPatch, sides: int) -> None:
+    """Verify with ``sides`` more connections (0: the walk's alone)."""
+    monkeypatch.setattr(verify_run, "_side_connections", lambda: max(sides, 1))
+    if not sides:
+        monkeypatch.setattr(verify_run, "_same_snapshot", lambda *a: ())
+
+
+@pytest.mark.parametrize("sides", [0, 1, 3])
+@pytest.mark.parametrize("run_rows", [1, 2, 32_768])
+@pytest.mark.parametrize("waiting", [0, 1, 64])
+@pytest.mark.parametrize("shift", [0, 1, 12])
+def test_an_honest_ledger_holds_whoever_compares_the_bodies(
+    sealed: Path,  # noqa: F811
+    spy: list[bool],
+    monkeypatch: pytest.MonkeyPatch,
+    sides: int,
+    run_rows: int,
+    waiting: int,
+    shift: int,
+) -> None:
+    """Blocks of rows are compared by the walk as it reads them, or handed out a run of
+    entries at a time to whichever connection is free (to the walk's when too many
+    wait): an honest ledger holds either way."""
+    monkeypatch.setattr(stream_module, "RUN_ROWS", run_rows)
+    monkeypatch.setattr(stream_module, "SHARE_SHIFT", shift)
+    monkeypatch.setattr(verify_run._SqlChecks, "MAX_WAITING", waiting)
+    _connections(monkeypatch, sides)
+    assert verify_path(str(sealed), now_ms=VERIFIED_AT).ok
+    assert spy == [True]
+
+
+def test_a_gap_in_the_ids_and_seqs_splits_the_runs(
+    tmp_path: Path, spy: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row and its entry deleted behind the triggers: the rows left are still paired
+    with the entries left, in runs split at the gap, and the fast path holds (the chain
+    names the gap), with the full replay's findings."""
+    path = tmp_path / "ledger.db"
+    with CausalChain(path, clock=ManualClock(T0)) as chain:
+        chain.append_actions(
+            {"plan_id": "p", "intent_id": "i", "action_type": "InternalStep", "function_name": "f"}
+            for _ in range(5)
+        )
+    conn = sqlite3.connect(path, isolation_level=None)
+    triggers = conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY rowid"
+    ).fetchall()
+    for name, _ in triggers:
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("DELETE FROM cassette_actions WHERE action_seq = 3")
+    conn.execute("DELETE FROM cassette_journal WHERE seq = 2")
+    for _, sql in triggers:
+        conn.execute(sql)
+    conn.close()
+    monkeypatch.setattr(stream_module, "RUN_ROWS", 2)
+    monkeypatch.setattr(stream_module, "SHARE_SHIFT", 0)
     fast = _findings(path, monkeypatch, _Spy)
-    event(f"fast path held: {_Spy.outcomes}, ok: {fast[1]}")
+    assert spy == [True]
+    assert "journal_gap" in {f["kind"] for f in fast[0]}
+    assert fast == _findings(path, monkeypatch, _NeverHolds)
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_bodies_compared_in_runs_on_any_connection_agree_with_the_full_replay(
+    sealed: Path,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    data: st.DataObject,
+) -> None:
+    """Whatever the blocks of rows the walk compares itself, the length of the runs
+    compared elsewhere at once, the number of connections and how many comparisons may
+    wait: the findings of the full replay."""
+    path = tmp_path_factory.mktemp("mutated") / "ledger.db"
+    shutil.copyfile(sealed, path)
+    _tamper(path, data)
     full = _findings(path, monkeypatch, _NeverHolds)
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            stream_module, "RUN_ROWS", data.draw(st.sampled_from([1, 2, 3, 32_768]), label="run")
+        )
+        patch.setattr(
+            verify_run._SqlChecks,
+            "MAX_WAITING",
+            data.draw(st.sampled_from([0, 1, 64]), label="waiting"),
+        )
+        patch.setattr(
+            stream_module, "SHARE_SHIFT", data.draw(st.sampled_from([0, 1, 12]), label="shift")
+        )
+        _connections(patch, data.draw(st.sampled_from([0, 1, 3]), label="sides"))
+        _Spy.outcomes = []
+        fast = _findings(path, patch, _Spy)
+    event(f"fast path held: {_Spy.outcomes}, ok: {fast[1]}")
     assert fast == full
 
 

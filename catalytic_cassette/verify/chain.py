@@ -57,9 +57,14 @@ def _walk_chain(
     see: Callable[[list[int], list[bytes], list[Any], list[Any]], None] | None,
 ) -> int:
     # The loop runs once per journal row: hashing is inlined (same formulas as
-    # hashing.leaf_hash and hashing.chain_hash); rows arrive in batches, and the tree and
-    # ``see`` take each batch whole.
-    sha256, pack = hashlib.sha256, SEQ_U64.pack
+    # hashing.leaf_hash and hashing.chain_hash), each hash a copy of one that has already
+    # taken its first byte (cheaper than a new one: about 0.1 us a hash); rows arrive in
+    # batches, and the tree and ``see`` take each batch whole.
+    leaf_hasher, link_hasher, pack = (
+        hashlib.sha256(b"\x00").copy,
+        hashlib.sha256(b"\x02").copy,
+        SEQ_U64.pack,
+    )
     expected_seq = start
     read = 0
     prev = ZERO_HASH
@@ -92,7 +97,9 @@ def _walk_chain(
                 expected_seq = seq
             if not isinstance(body, bytes):
                 body = str(body).encode("utf-8")
-            recomputed = sha256(b"\x00" + body).digest()
+            hasher = leaf_hasher()
+            hasher.update(body)
+            recomputed = hasher.digest()
             seqs.append(seq)
             bodies.append(body)
             leaves.append(recomputed)
@@ -103,11 +110,12 @@ def _walk_chain(
                         FindingKind.LEAF_HASH, "leaf_hash does not match the body", seq, table, key
                     )
                 )
-            link = (
-                sha256(b"\x02" + pack(seq) + prev + leaf).digest()
-                if isinstance(leaf, bytes) and 0 <= seq <= _MAX_SEQ
-                else None
-            )
+            if isinstance(leaf, bytes) and 0 <= seq <= _MAX_SEQ:
+                hasher = link_hasher()
+                hasher.update(pack(seq) + prev + leaf)
+                link = hasher.digest()
+            else:
+                link = None
             if chain != link:
                 table, key = body_identity(body)
                 out.add(

@@ -9,13 +9,14 @@ done. Findings are merged in one fixed order either way.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from .schema import check_schema, looks_like_a_ledger, recorded_version
 from .seals import UNANCHORED_NOTE, check_recorded_seals, judge_anchors, recorded_seals
 from .signatures import check_signatures, check_worker_signatures
 from .state import check_state
-from .stream import StateStream
+from .stream import RowsCheck, StateStream
 from .timeline import check_time
 
 
@@ -72,7 +73,7 @@ def verify_connection(
         return _quick(conn, report, out, options, path)
     checks = _SqlChecks(options, now_ms, schema_intact, _tables_to_check(conn))
     workers = [
-        threading.Thread(target=checks.check_file, args=(other,), name="cassette-verify")
+        threading.Thread(target=checks.work, args=(other,), name="cassette-verify")
         for other in ([side] if side is not None else []) + list(sides)
     ]
     for worker in workers:
@@ -89,16 +90,28 @@ def verify_connection(
             sealed=[size for _, size, _, _ in recorded],
         )
         stream = (
-            StateStream(conn, now_ms, options.clock_skew_ms, options.max_time_jump_ms)
+            StateStream(
+                conn,
+                now_ms,
+                options.clock_skew_ms,
+                options.max_time_jump_ms,
+                defer=checks.defer(conn) if workers else None,
+                shares=1 + len(workers),
+            )
             if schema_intact and options.run_id is None
             else None
         )
         see = stream.see if stream is not None else None
         report.journal_rows = check_chain(conn, out, options.progress, walk, see=see)
         walk.finish()
+        if stream is not None:
+            stream.end_walk()
+        checks.walk_done()
+        checks.work(conn)  # what no other thread has started
+        checks.wait_for_rows_checks()  # (the last ones, run by another thread)
         checks.check_rows(conn, stream)
-        checks.check_file(conn)  # the tables no other thread has started
     finally:
+        checks.walk_done()  # (whatever happened: the other threads stop waiting for more)
         for worker in workers:
             worker.join()
     checks.raise_errors()
@@ -112,7 +125,7 @@ def verify_connection(
     tables_intact = schema_intact and checks.pages_intact
     if tables_intact:
         if options.artifact_root is not None:
-            check_artifacts(conn, out, options.artifact_root)
+            checks.artifacts_into(out)
         if options.public_key is not None:
             check_signatures(conn, out, options.public_key)
         if options.worker_keys is not None:
@@ -207,13 +220,17 @@ def _check_chain_in_parts(
 
 
 class _SqlChecks:
-    """What SQLite evaluates: the file (pages and indexes, table by table) on both
-    connections, the rows (state, consistency, checkpoint ids, time) on the first after its
-    journal walk.
+    """What SQLite evaluates: the file (pages and indexes, table by table) and the walk's
+    body comparisons (``RowsCheck``) on every connection, the rows (state, consistency,
+    checkpoint ids, time) on the first after its journal walk.
 
     Row and time findings count only when every page and index is intact: an index that
     differs from its table would make their answers meaningless.
     """
+
+    # Body comparisons waiting for a connection, at most (beyond, the walk runs them
+    # itself): memory stays bounded whatever the journal's length.
+    MAX_WAITING = 64
 
     def __init__(
         self, options: VerifyOptions, now_ms: int, schema_intact: bool, tables: list[str]
@@ -226,27 +243,77 @@ class _SqlChecks:
         self.time = Collector()
         self.errors: dict[str, BaseException] = {}
         # The file is checked table by table (each with its indexes), largest first, by
-        # whichever connection is free: the other thread from the start, this one once
-        # its walk is done; so the two stay busy until the end.
+        # whichever connection is free: the other threads from the start, the walk's
+        # once its walk is done; the walk's body comparisons queue behind the tables, so
+        # the threads stay busy until the end and finish together.
         self._tables = tables
-        self._next_table = 0
-        self._lock = threading.Lock()
+        self._work: collections.deque[str | RowsCheck | _Artifacts] = collections.deque(tables)
+        # The artifact files are checked by whoever is free too (they count only if the
+        # pages and indexes are intact, and come after the rows' findings).
+        root = options.artifact_root
+        self._artifacts = _Artifacts(root) if schema_intact and root is not None else None
+        if self._artifacts is not None:
+            self._work.append(self._artifacts)
+        self._waiting = 0  # body comparisons in ``_work``
+        self._walking = True
+        self._cond = threading.Condition()
         self._found: dict[str, Collector] = {}
+        self._checking = 0  # body comparisons being run
 
-    def check_file(self, conn: sqlite3.Connection) -> None:
-        """Check tables until none is left (both connections call this)."""
-        try:
-            while True:
-                with self._lock:
-                    if self._next_table == len(self._tables) or "file" in self.errors:
-                        return
-                    table = self._tables[self._next_table]
-                    self._next_table += 1
-                found = Collector()
-                _integrity_check(conn, found, table)
-                self._found[table] = found
-        except BaseException as exc:  # re-raised in the caller's thread
-            self.errors["file"] = exc
+    def defer(self, conn: sqlite3.Connection) -> Callable[[RowsCheck], None]:
+        """Where the walk on ``conn`` hands its body comparisons."""
+
+        def take(check: RowsCheck) -> None:
+            with self._cond:
+                if self._waiting < self.MAX_WAITING and "file" not in self.errors:
+                    self._work.append(check)
+                    self._waiting += 1
+                    self._cond.notify()
+                    return
+            check.run(conn)
+
+        return take
+
+    def walk_done(self) -> None:
+        with self._cond:
+            self._walking = False
+            self._cond.notify_all()
+
+    def work(self, conn: sqlite3.Connection) -> None:
+        """Run pieces until none is left (every connection calls this; the other threads
+        wait for more while the walk goes on)."""
+        cond = self._cond
+        while True:
+            with cond:
+                while not self._work and self._walking and "file" not in self.errors:
+                    cond.wait()
+                if not self._work or "file" in self.errors:
+                    return
+                piece = self._work.popleft()
+                if isinstance(piece, RowsCheck):
+                    self._waiting -= 1
+                    self._checking += 1
+            try:
+                if isinstance(piece, str):
+                    found = Collector()
+                    _integrity_check(conn, found, piece)
+                    self._found[piece] = found
+                else:
+                    piece.run(conn)
+            except BaseException as exc:  # re-raised in the caller's thread
+                with cond:
+                    self.errors.setdefault("file", exc)
+            finally:
+                if isinstance(piece, RowsCheck):
+                    with cond:
+                        self._checking -= 1
+                        cond.notify_all()
+
+    def wait_for_rows_checks(self) -> None:
+        """Until no body comparison is queued or running (call once the walk is over)."""
+        with self._cond:
+            while (self._waiting or self._checking) and "file" not in self.errors:
+                self._cond.wait()
 
     @property
     def pages_intact(self) -> bool:
@@ -272,6 +339,15 @@ class _SqlChecks:
         except BaseException as exc:
             self.errors["rows"] = exc
 
+    def artifacts_into(self, out: Collector) -> None:
+        """The artifact files' findings (or what checking them raised), where the check
+        would have run."""
+        if self._artifacts is None:
+            return
+        if self._artifacts.error is not None:
+            raise self._artifacts.error
+        out.merge(self._artifacts.found)
+
     def raise_errors(self) -> None:
         if "file" in self.errors:
             raise self.errors["file"]
@@ -282,6 +358,23 @@ class _SqlChecks:
         elif "rows" in self.errors:
             raise self.errors["rows"]
         self.rows.merge(self.time)
+
+
+class _Artifacts:
+    """The artifact files as a piece of work: findings, or what the check raised."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self.found = Collector()
+        self.error: BaseException | None = None
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        if self.root is None:
+            return
+        try:
+            check_artifacts(conn, self.found, self.root)
+        except BaseException as exc:  # raised where the check counts (intact pages)
+            self.error = exc
 
 
 def _integrity_check(conn: sqlite3.Connection, out: Collector, table: str) -> None:

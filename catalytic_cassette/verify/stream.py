@@ -3,10 +3,17 @@
 Every append-only table gains rows in journal order (ids are dense and in order, a rule
 of the SQL), so its rows read by rowid, rendered as the body the journaling trigger
 writes, must equal its journal entries in seq order, byte for byte: a merge of two
-streams, one pass, no sort, no JSON parsing. The dates the time check judges come from
-the rendered rows, which equal the bodies. Steps change after they are written, so
-their entries (the only ones parsed here) are replayed into the private history table,
-and the final rows compared with it as ``state.py`` does.
+streams, one pass, no sort, no JSON parsing. The walk pairs each entry with its row
+(the next one of its table, read by rowid with its key and date: the stored key and
+table name are compared and the date judged at once). Rows are rendered by SQLite in
+blocks of 4,096 ids: the walk's own connection renders one block in ``shares`` and
+compares it as it reads it; the other blocks' bodies are compared with their rendered
+rows inside SQLite, a run of pairs at a time (``RowsCheck``), which the caller hands to
+whichever connection reading the same snapshot is free (GIL-free work beside the walk's
+hashing). The dates the time check judges come from the rows, which equal the bodies
+when every comparison held. Steps change after they are written, so their entries
+(the only ones parsed here) are replayed into the private history table, and the final
+rows compared with it as ``state.py`` does.
 
 This is a fast path, never a judge of tampering: the first entry that is not as an
 honest ledger writes it (another table, an unexpected body, a row left over, a body
@@ -16,10 +23,9 @@ runs the full replay and time checks, whose findings are precise.
 
 from __future__ import annotations
 
-import itertools
 import operator
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -32,8 +38,12 @@ from .timeline import TimeJudge
 _STEPS = "cassette_steps"
 _STEPS_NAME = _STEPS.encode()  # as the journal stores it, read as bytes
 _BATCH = 1024
-# The columns of a rendered row: the body the journal should hold, its date, its key.
-_BODY, _DATE, _KEY = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+# Pairs of (entry, row) per body comparison handed out (about 0.1 s of SQLite's time),
+# in at most RUN_COUNT runs (memory: a few tens of KiB a comparison).
+RUN_ROWS = 32_768
+RUN_COUNT = 1024
+# Rows are shared out in blocks of 2**SHARE_SHIFT ids.
+SHARE_SHIFT = 12
 _UPSERT = (
     f"INSERT INTO {HISTORY} (tbl, rid, k, seq, n, inserts, first_seq, first_insert)"
     " VALUES (?, ?, ?, ?, 1, ?, ?, ?)"
@@ -43,32 +53,75 @@ _UPSERT = (
 )
 
 
-def _rows(cursor: sqlite3.Cursor) -> Iterator[Any]:
-    """A cursor's rows fetched in batches (fewer calls per row than iterating it)."""
-    return itertools.chain.from_iterable(iter(lambda: cursor.fetchmany(_BATCH), []))
+class RowsCheck:
+    """Runs of (journal entry, row) pairs of one table whose bodies must equal the rows
+    rendered as the journaling trigger writes them; ``run`` on any connection that reads
+    the same snapshot. Reads the journal and the table by rowid only."""
+
+    def __init__(self, stream: StateStream, table: str, runs: list[tuple[int, int, int]]) -> None:
+        self.stream = stream
+        self.table = table
+        self.runs = runs
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        expected = sum(count for _, _, count in self.runs)
+        spec = TABLES[self.table]
+        (matched,) = conn.execute(
+            # (the runs materialized: read once each, not once per pair)
+            "WITH p(s, r, n) AS MATERIALIZED (SELECT json_extract(value, '$[0]'),"
+            " json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?))"
+            " SELECT count(*) FROM p CROSS JOIN main.cassette_journal AS j NOT INDEXED"
+            f" CROSS JOIN main.{self.table} AS t NOT INDEXED"
+            f" WHERE j.seq >= p.s AND j.seq < p.s + p.n AND t.{spec.rowid} = p.r + (j.seq - p.s)"
+            f" AND j.body = {rendered(self.table, spec.key, spec.columns, 'INSERT')}",
+            (orjson.dumps(self.runs).decode(),),
+        ).fetchone()
+        if matched != expected:
+            self.stream.held = False  # a body differs from its row: the full checks name it
 
 
 class StateStream:
-    """Fed every journal entry in seq order by the chain walk (``see``)."""
+    """Fed every journal entry in seq order by the chain walk (``see``).
 
-    def __init__(self, conn: sqlite3.Connection, now_ms: int, skew_ms: int, jump_ms: int) -> None:
+    ``defer`` takes each ``RowsCheck`` as it is made (to run it on any connection before
+    ``finish``), for all blocks of rows but one in ``shares`` (the connections that share
+    the comparisons); without it, every row is rendered and compared here, as it comes.
+    ``end_walk`` hands out the last checks.
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        now_ms: int,
+        skew_ms: int,
+        jump_ms: int,
+        defer: Callable[[RowsCheck], None] | None = None,
+        shares: int = 1,
+    ) -> None:
         self.conn = conn
         self.rows = Collector()
         self.time = Collector()
         self.judge = TimeJudge(self.time, now_ms, skew_ms, jump_ms)
         self.held = True  # every entry so far is as an honest writer makes it
+        self._defer = defer
         self._steps: list[tuple[Any, ...]] = []
         create_history(conn)
-        # b'{"table":"T","op":"INSERT","key":' -> the table's rows, rendered, in rowid order
-        self._streams: dict[bytes, tuple[Iterator[Any], str, bytes]] = {}
+        # b'{"table":"T","op":"INSERT","key":' -> the table's rows (rendered or, for a
+        # block handed out, NULL; rowid, date, key) in rowid order, its name, its name as
+        # stored, its runs not yet handed out
+        shares = max(1, shares) if defer is not None else 1
+        self._streams: dict[bytes, tuple[sqlite3.Cursor, str, bytes, _Runs]] = {}
         for name, spec in TABLES.items():
             if name in MUTABLE_TABLES:
                 continue
+            body = rendered(name, spec.key, spec.columns, "INSERT")
             cursor = conn.execute(
-                f"SELECT {rendered(name, spec.key, spec.columns, 'INSERT')}, t.{spec.dated_by},"
-                f" t.{spec.key} FROM main.{name} AS t NOT INDEXED ORDER BY t.{spec.rowid}"
+                f"SELECT CASE WHEN (t.{spec.rowid} >> {SHARE_SHIFT}) % {shares} = 0"
+                f" THEN {body} END,"
+                f" t.{spec.rowid}, t.{spec.dated_by}, t.{spec.key}"
+                f" FROM main.{name} AS t NOT INDEXED ORDER BY t.{spec.rowid}"
             )
-            self._streams[_prefix(name, "INSERT")] = (_rows(cursor), name, name.encode())
+            self._streams[_prefix(name, "INSERT")] = (cursor, name, name.encode(), _Runs())
         self._step_ops = {_prefix(_STEPS, "INSERT"): 1, _prefix(_STEPS, "UPDATE"): 0}
 
     def see(self, seqs: list[int], bodies: list[bytes], tables: list[Any], keys: list[Any]) -> None:
@@ -90,27 +143,82 @@ class StateStream:
                 i += 1
                 continue
             name = stream[2]
-            if i == 0 and tables.count(name) == count:
+            named = i == 0 and tables.count(name) == count
+            if named:
                 j = count  # the common case: the whole batch is this table's
             else:
                 j = i + 1
                 while j < count and bodies[j].startswith(prefix):
                     j += 1
-            rendered = list(itertools.islice(stream[0], j - i))
-            if (
-                list(map(_BODY, rendered)) != bodies[i:j]
-                or list(map(_KEY, rendered)) != keys[i:j]
-                or tables[i:j] != [name] * (j - i)
-            ):
-                self.held = False  # a row, or a stored name or key, differs: the full checks
-                return  # name it
-            self._dated(seqs[i:j], rendered, stream[1])
+            rows = stream[0].fetchmany(j - i)
+            if len(rows) != j - i:
+                self.held = False  # an entry without a row: the full checks name it
+                return
+            texts, rowids, dates, row_keys = zip(*rows, strict=True)
+            if list(row_keys) != keys[i:j] or (not named and tables[i:j] != [name] * (j - i)):
+                self.held = False  # a stored name or key differs: the full checks name it
+                return
+            handed = texts.count(None)
+            if handed == 0:  # all rendered here
+                if list(texts) != bodies[i:j]:
+                    self.held = False  # a row differs: the full checks name it
+                    return
+            elif handed == j - i:  # all handed out
+                self._paired(stream[3], stream[1], seqs[i:j], rowids)
+            else:  # (at the edge of a block)
+                if any(t is not None and t != b for t, b in zip(texts, bodies[i:j], strict=True)):
+                    self.held = False
+                    return
+                out = [k for k, text in enumerate(texts) if text is None]
+                self._paired(
+                    stream[3],
+                    stream[1],
+                    [seqs[i + k] for k in out],
+                    tuple(rowids[k] for k in out),
+                )
+            self._dated(seqs[i:j], dates, row_keys, stream[1])
             i = j
 
-    def _dated(self, seqs: list[int], rendered: list[Any], table: str) -> None:
-        """The dates of a run of rendered rows (column 1), judged in journal order."""
+    def _paired(self, runs: _Runs, table: str, seqs: list[int], rowids: tuple[Any, ...]) -> None:
+        """Entries ``seqs`` hold the rows ``rowids``: their bodies are compared in runs
+        where both step by one."""
+        count = len(seqs)
+        first_seq, first_rowid = seqs[0], rowids[0]
+        if (
+            type(first_rowid) is int
+            and seqs[-1] - first_seq == count - 1
+            and rowids[-1] - first_rowid == count - 1
+            and rowids == tuple(range(first_rowid, first_rowid + count))
+            and seqs == list(range(first_seq, first_seq + count))
+        ):
+            runs.add(first_seq, first_rowid, count)  # the common case: one run
+        else:
+            for seq, rowid in zip(seqs, rowids, strict=True):
+                if type(rowid) is not int:
+                    self.held = False  # (a rowid is an integer: the full checks name it)
+                    return
+                runs.add(seq, rowid, 1)
+        if runs.rows >= RUN_ROWS or len(runs.runs) >= RUN_COUNT:
+            self._hand_out(table, runs)
+
+    def _hand_out(self, table: str, runs: _Runs) -> None:
+        check = RowsCheck(self, table, runs.take())
+        if self._defer is not None:
+            self._defer(check)
+        else:
+            check.run(self.conn)
+
+    def end_walk(self) -> None:
+        """The walk is over: hand out the runs not yet compared."""
+        for _, table, _, runs in self._streams.values():
+            if runs.rows:
+                self._hand_out(table, runs)
+
+    def _dated(
+        self, seqs: list[int], dates: tuple[Any, ...], keys: tuple[Any, ...], table: str
+    ) -> None:
+        """The dates of a run of rows (and their keys), judged in journal order."""
         judge = self.judge
-        dates = list(map(_DATE, rendered))
         latest = judge.latest
         if (
             not judge.waiting
@@ -124,9 +232,9 @@ class StateStream:
             if not steps or (min(steps) >= 0 and max(steps) <= judge.jump_ms):
                 judge.latest = dates[-1]  # nothing to report: the common case
                 return
-        for seq, row in zip(seqs, rendered, strict=True):
-            if row[1] is not None:
-                judge.dated(seq, table, row[2], row[1])
+        for seq, date, key in zip(seqs, dates, keys, strict=True):
+            if date is not None:
+                judge.dated(seq, table, key, date)
 
     def _step(self, seq: int, body: bytes, insert: int, table: Any, stored_key: Any) -> None:
         try:
@@ -153,12 +261,16 @@ class StateStream:
 
     def finish(self) -> bool:
         """True when the fast path held to the end: ``rows`` and ``time`` then hold this
-        check's findings. False: the caller runs the full checks instead."""
+        check's findings. False: the caller runs the full checks instead.
+
+        Every ``RowsCheck`` handed to ``defer`` must have run by now (the rest run here)."""
         try:
+            if self.held:
+                self.end_walk()
             if not self.held:
                 return False
-            for rows, _, _ in self._streams.values():
-                if next(rows, None) is not None:  # a row without an entry
+            for cursor, _, _, _ in self._streams.values():
+                if cursor.fetchone() is not None:  # a row without an entry
                     return False
             self._flush()
             self.judge.finish()
@@ -170,6 +282,29 @@ class StateStream:
             if isinstance(finding.key, bytes):
                 finding.key = finding.key.decode("utf-8", "replace")
         return True
+
+
+class _Runs:
+    """(first seq, first rowid, count) runs of one table's pairs, not yet handed out."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[int, int, int]] = []
+        self.rows = 0
+
+    def add(self, seq: int, rowid: int, count: int) -> None:
+        runs = self.runs
+        if runs:
+            last_seq, last_rowid, last_count = runs[-1]
+            if seq == last_seq + last_count and rowid == last_rowid + last_count:
+                runs[-1] = (last_seq, last_rowid, last_count + count)
+                self.rows += count
+                return
+        runs.append((seq, rowid, count))
+        self.rows += count
+
+    def take(self) -> list[tuple[int, int, int]]:
+        runs, self.runs, self.rows = self.runs, [], 0
+        return runs
 
 
 def _prefix(table: str, op: str) -> bytes:
