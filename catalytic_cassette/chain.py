@@ -40,7 +40,7 @@ _INSERT = f"INSERT INTO cassette_actions ({', '.join(_INSERTED)}) VALUES {_ROW}"
 # A batch goes in chunks of this many rows per INSERT: SQLite allocates and zeroes a frame
 # for each trigger program once per statement and builds a constant IN list once per
 # statement, so rows that share a statement share them (docs/BENCHMARKS.md, "Issue 12,
-# third pass"). The rest of a batch goes row by row.
+# fourth pass"). The rest of a batch goes row by row.
 _CHUNK = 32
 _INSERT_CHUNK = f"{_INSERT}{(', ' + _ROW) * (_CHUNK - 1)}"
 # An item's validated fields (a new dict, in field order) and its INSERT parameters.
@@ -604,11 +604,13 @@ def _insert_together(conn: sqlite3.Connection, rows: list[list[Any]]) -> list[in
             chunk = rows[start : start + _CHUNK]
             try:
                 conn.execute(_INSERT_CHUNK, [value for row in chunk for value in row])
-            except sqlite3.Error:
+            except sqlite3.Error as exc:
                 if not conn.in_transaction:
                     raise
-                conn.executemany(_INSERT, chunk)  # to name the row
-                raise  # pragma: no cover - the same rows cannot pass one by one
+                conn.executemany(_INSERT, chunk)  # to name the row: raises, counted below
+                refused = translate(exc)  # pragma: no cover - they cannot pass one by one
+                refused.detail["index"] = start  # pragma: no cover
+                raise refused from exc  # pragma: no cover
         conn.executemany(_INSERT, rows[whole:])
     except sqlite3.Error as exc:
         error = translate(exc)

@@ -15,6 +15,7 @@ from . import safe_files, sqlfiles
 from .clock import Clock, SystemClock
 from .errors import CassetteError, ErrorCode, translate
 from .hashing import sha256_hex, sql_functions
+from .merkle import SubtreeHash
 from .migrate import apply_pending, current_version, schema_version
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -142,6 +143,8 @@ def register_functions(conn: sqlite3.Connection, clock: Clock) -> None:
     for name, (arity, function) in sql_functions().items():
         conn.create_function(name, arity, function, deterministic=True)
     conn.create_function("cassette_sha256_hex", 1, sha256_hex, deterministic=True)
+    # (typeshed's protocol knows one-argument aggregates only)
+    conn.create_aggregate("cassette_subtree_hash", 2, SubtreeHash)  # type: ignore[arg-type]
 
 
 def connect(

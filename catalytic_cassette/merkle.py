@@ -387,3 +387,29 @@ class MemoryTree:
 def subtree_from_leaves(leaf_hashes: Iterable[bytes]) -> SubtreeFn:
     """A ``subtree`` callable over the given leaf hashes, built in linear time."""
     return MemoryTree(leaf_hashes).subtree
+
+
+class SubtreeHash:
+    """``cassette_subtree_hash(seq, leaf_hash)``, an SQL aggregate of package connections:
+    the root of a complete subtree from its leaves, in any order of rows (sorted by seq
+    here). NULL unless the rows are consecutive seqs, as many as a power of two, each with
+    a 32-byte hash, so a guard comparing with it never passes by accident. The seal guard
+    folds the subtrees of the incomplete last block with it (migration 0009)."""
+
+    def __init__(self) -> None:
+        self._leaves: list[tuple[int, bytes]] = []
+
+    def step(self, seq: object, leaf: object) -> None:
+        if isinstance(seq, int) and _is_hash(leaf):
+            self._leaves.append((seq, leaf))  # type: ignore[arg-type]
+        else:
+            self._leaves.append((-1, b""))  # poisons the result
+
+    def finalize(self) -> bytes | None:
+        leaves = sorted(self._leaves)
+        count = len(leaves)
+        if count == 0 or count & (count - 1) or leaves[0][0] < 0:
+            return None
+        if leaves[-1][0] - leaves[0][0] != count - 1 or len({s for s, _ in leaves}) != count:
+            return None
+        return root_from_leaves([leaf for _, leaf in leaves])

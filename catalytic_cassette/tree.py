@@ -5,8 +5,8 @@ leaves is a row of ``cassette_tree_nodes`` keyed by its last leaf. Roots and pro
 any size need O(log n) point reads (``merkle`` builds them from complete subtrees).
 
 The database stores the nodes a block of ``GROW_BLOCK`` leaves at a time (migration
-0009), and a seal stores those of the incomplete last block that its size needs; reads
-compute the nodes of that block from its leaves (fewer than ``GROW_BLOCK``).
+0009) and never those of the incomplete last block: reads compute every node of that block
+from its leaves (fewer than ``GROW_BLOCK``), as the seal guard does in SQL.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ GROW_BLOCK - 1`` stores its block's nodes (the trigger of migration 0009)."""
 
 def tail_start(tree_size: int) -> int:
     """The first leaf of the last, incomplete block of a tree of ``tree_size`` leaves:
-    every node ending before it is stored; after it, only what a seal stored."""
+    every node ending before it is stored, none ending at or after it."""
     return tree_size - tree_size % GROW_BLOCK
 
 
@@ -39,7 +39,8 @@ def leaf_end(level: int, index: int) -> int:
 
 
 class StoredTree:
-    """Roots and proofs from one connection; read them inside one read transaction."""
+    """Roots and proofs from one connection; read them inside one read transaction (the
+    size of the tree, and so where its last block starts, is read once)."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn

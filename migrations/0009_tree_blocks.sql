@@ -9,12 +9,11 @@
 -- Nodes, their encoding and the insert guard that checks each one are unchanged, so
 -- every proof and seal made before still holds.
 --
--- The nodes of the last, incomplete block are not stored until it completes: whoever
--- needs them computes them from its leaves (at most 255). Recording a seal first stores
--- the ones its size completes (the seal guard folds only stored nodes, each checked by
--- the node guard), so every statement here skips a node that is already stored. What is
--- stored is thus exact, and verify checks it: every node of every complete block, and in
--- the last block the nodes within the largest seal recorded in it, no more.
+-- The nodes of the last, incomplete block are never stored: whoever needs them computes
+-- them from its leaves (at most 255), the seal guard included, and no connection may
+-- store one (the bound below). So what is stored is exact, and verify checks it: every
+-- node of every complete block, no more, no less; and nobody can plant a node over other
+-- writers' entries before their block completes.
 
 DROP TRIGGER cassette_journal_grow_tree;
 
@@ -40,8 +39,8 @@ END;
 -- A level-1 node completes every node above it that ends at the same entry, bottom up,
 -- each from its completed left sibling and the node below it: one statement, so nothing
 -- depends on recursive_triggers (these inserts are level 2 and up, and do not fire this
--- trigger again). A node already stored (by a seal) is skipped, so a node stored early
--- never makes a later append fail.
+-- trigger again). A node already stored is skipped: none should be (the bound below
+-- refuses nodes of an incomplete block), but no stored node may ever make an append fail.
 CREATE TRIGGER cassette_tree_nodes_grow AFTER INSERT ON cassette_tree_nodes
 WHEN NEW.level = 1 AND NEW.leaf_end % 4 = 3
 BEGIN
@@ -62,12 +61,9 @@ BEGIN
                       WHERE leaf_end = NEW.leaf_end AND level = above.level);
 END;
 
--- Recording a seal stores the level-1 nodes of the incomplete block within its size
--- (the nodes above them follow, as above) before it folds the stored nodes into the root
--- it checks: the seal guard of 0004, re-created with that insert between its size checks
--- and its root check. One trigger, so the order is its statements' and nothing depends on
--- the order SQLite fires triggers in. A refused seal undoes these inserts with the rest of
--- its statement.
+-- The seal guard of 0004, re-created: the subtrees of the sealed size that lie in the
+-- incomplete last block (levels below 8) are folded from the journal's leaves by the
+-- package's aggregate cassette_subtree_hash; the larger ones are stored nodes, as before.
 DROP TRIGGER cassette_seals_insert_guard;
 CREATE TRIGGER cassette_seals_insert_guard BEFORE INSERT ON cassette_seals
 BEGIN
@@ -79,16 +75,6 @@ BEGIN
     WHERE typeof(NEW.tree_size) IS NOT 'integer' OR NEW.tree_size < 1;
     SELECT RAISE(ABORT, 'INVALID_SEAL: a seal covers at most the entries the journal has')
     WHERE NEW.tree_size > coalesce((SELECT max(seq) + 1 FROM cassette_journal), 0);
-    -- (new in 0009) the nodes of the incomplete block within the seal's size, before
-    -- the root is folded from stored nodes; statements of one trigger run in order.
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.seq, 1, cassette_node_hash(l.leaf_hash, r.leaf_hash)
-    FROM cassette_journal AS r NOT INDEXED
-    JOIN cassette_journal AS l NOT INDEXED ON l.seq = r.seq - 1
-    WHERE r.seq BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1
-      AND r.seq % 2 = 1
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
-    ORDER BY r.seq;
     SELECT RAISE(ABORT, 'SEAL_MISMATCH: the sealed root is not the ledger''s root at that size')
     WHERE NEW.root_hex IS NOT (
         SELECT lower(hex(acc)) FROM (
@@ -98,16 +84,24 @@ BEGIN
                 SELECT b + 1,
                        started OR (NEW.tree_size >> b) & 1,
                        CASE WHEN (NEW.tree_size >> b) & 1 = 0 THEN acc
-                            WHEN b = 0 THEN (SELECT leaf_hash FROM cassette_journal
-                                             WHERE seq = NEW.tree_size - 1)
-                            WHEN started THEN cassette_node_hash(
+                            WHEN b >= 8 AND started THEN cassette_node_hash(
                                 (SELECT hash FROM cassette_tree_nodes
                                  WHERE level = b AND leaf_end = ((NEW.tree_size >> (b + 1)) << (b + 1))
                                                                 + (1 << b) - 1),
                                 acc)
-                            ELSE (SELECT hash FROM cassette_tree_nodes
-                                  WHERE level = b AND leaf_end = ((NEW.tree_size >> (b + 1)) << (b + 1))
-                                                                 + (1 << b) - 1) END
+                            WHEN b >= 8 THEN (SELECT hash FROM cassette_tree_nodes
+                                 WHERE level = b AND leaf_end = ((NEW.tree_size >> (b + 1)) << (b + 1))
+                                                                + (1 << b) - 1)
+                            WHEN started THEN cassette_node_hash(
+                                (SELECT cassette_subtree_hash(seq, leaf_hash) FROM cassette_journal NOT INDEXED
+                                 WHERE seq BETWEEN (NEW.tree_size >> (b + 1)) << (b + 1)
+                                               AND ((NEW.tree_size >> (b + 1)) << (b + 1))
+                                                   + (1 << b) - 1),
+                                acc)
+                            ELSE (SELECT cassette_subtree_hash(seq, leaf_hash) FROM cassette_journal NOT INDEXED
+                                 WHERE seq BETWEEN (NEW.tree_size >> (b + 1)) << (b + 1)
+                                               AND ((NEW.tree_size >> (b + 1)) << (b + 1))
+                                                   + (1 << b) - 1) END
                 FROM fold WHERE (NEW.tree_size >> b) > 0
             )
             SELECT acc FROM fold ORDER BY b DESC LIMIT 1
@@ -115,18 +109,26 @@ BEGIN
     );
 END;
 
+-- A node covers only complete blocks of journaled entries (0005 said: only journaled
+-- entries): the nodes of the incomplete block are nobody's to store, so nobody can plant
+-- one over other writers' entries before the block that completes them.
+DROP TRIGGER cassette_tree_nodes_bounded;
+CREATE TRIGGER cassette_tree_nodes_bounded BEFORE INSERT ON cassette_tree_nodes
+BEGIN
+    SELECT RAISE(ABORT, 'TREE_BROKEN: a tree node covers only complete blocks of journaled entries')
+    WHERE typeof(NEW.leaf_end) IS NOT 'integer'
+       OR NEW.leaf_end >= coalesce((SELECT seq + 1 - (seq + 1) % 256 FROM cassette_journal
+                                    NOT INDEXED ORDER BY seq DESC LIMIT 1), 0);
+END;
+
 -- A ledger written before this migration stored every node up to its head; keep only
--- what the rule above stores, so that what is stored stays exact: the nodes of the last
--- block beyond its largest seal go (they are the hashes of leaves that stay, and any
--- reader recomputes them). The only time a node is deleted, by the migration itself.
+-- what the rule above stores: the nodes of its last, incomplete block go (they are the
+-- hashes of leaves that stay, and every reader recomputes them). The only time a node is
+-- deleted, by the migration itself.
 DROP TRIGGER cassette_tree_nodes_no_delete;
 DELETE FROM cassette_tree_nodes
  WHERE leaf_end >= (SELECT n - n % 256 FROM (SELECT coalesce(max(seq) + 1, 0) AS n
-                                            FROM cassette_journal))
-   AND leaf_end >= coalesce((SELECT max(tree_size) FROM cassette_seals
-                             WHERE tree_size > (SELECT n - n % 256
-                                                FROM (SELECT coalesce(max(seq) + 1, 0) AS n
-                                                      FROM cassette_journal))), 0);
+                                            FROM cassette_journal));
 CREATE TRIGGER cassette_tree_nodes_no_delete BEFORE DELETE ON cassette_tree_nodes
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_tree_nodes rows cannot be deleted'); END;
 

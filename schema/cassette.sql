@@ -800,14 +800,6 @@ BEGIN
           END, 0);
 END;
 
-CREATE TRIGGER cassette_tree_nodes_bounded BEFORE INSERT ON cassette_tree_nodes
-BEGIN
-    SELECT RAISE(ABORT, 'TREE_BROKEN: a tree node covers only journaled entries')
-    WHERE typeof(NEW.leaf_end) IS NOT 'integer'
-       OR NEW.leaf_end > coalesce((SELECT seq FROM cassette_journal NOT INDEXED
-                                   ORDER BY seq DESC LIMIT 1), -1);
-END;
-
 CREATE TRIGGER cassette_meta_insert_guard BEFORE INSERT ON cassette_meta
 BEGIN
     SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_meta rows cannot be replaced')
@@ -1216,16 +1208,6 @@ BEGIN
     WHERE typeof(NEW.tree_size) IS NOT 'integer' OR NEW.tree_size < 1;
     SELECT RAISE(ABORT, 'INVALID_SEAL: a seal covers at most the entries the journal has')
     WHERE NEW.tree_size > coalesce((SELECT max(seq) + 1 FROM cassette_journal), 0);
-    -- (new in 0009) the nodes of the incomplete block within the seal's size, before
-    -- the root is folded from stored nodes; statements of one trigger run in order.
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.seq, 1, cassette_node_hash(l.leaf_hash, r.leaf_hash)
-    FROM cassette_journal AS r NOT INDEXED
-    JOIN cassette_journal AS l NOT INDEXED ON l.seq = r.seq - 1
-    WHERE r.seq BETWEEN NEW.tree_size - NEW.tree_size % 256 AND NEW.tree_size - 1
-      AND r.seq % 2 = 1
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
-    ORDER BY r.seq;
     SELECT RAISE(ABORT, 'SEAL_MISMATCH: the sealed root is not the ledger''s root at that size')
     WHERE NEW.root_hex IS NOT (
         SELECT lower(hex(acc)) FROM (
@@ -1235,21 +1217,37 @@ BEGIN
                 SELECT b + 1,
                        started OR (NEW.tree_size >> b) & 1,
                        CASE WHEN (NEW.tree_size >> b) & 1 = 0 THEN acc
-                            WHEN b = 0 THEN (SELECT leaf_hash FROM cassette_journal
-                                             WHERE seq = NEW.tree_size - 1)
-                            WHEN started THEN cassette_node_hash(
+                            WHEN b >= 8 AND started THEN cassette_node_hash(
                                 (SELECT hash FROM cassette_tree_nodes
                                  WHERE level = b AND leaf_end = ((NEW.tree_size >> (b + 1)) << (b + 1))
                                                                 + (1 << b) - 1),
                                 acc)
-                            ELSE (SELECT hash FROM cassette_tree_nodes
-                                  WHERE level = b AND leaf_end = ((NEW.tree_size >> (b + 1)) << (b + 1))
-                                                                 + (1 << b) - 1) END
+                            WHEN b >= 8 THEN (SELECT hash FROM cassette_tree_nodes
+                                 WHERE level = b AND leaf_end = ((NEW.tree_size >> (b + 1)) << (b + 1))
+                                                                + (1 << b) - 1)
+                            WHEN started THEN cassette_node_hash(
+                                (SELECT cassette_subtree_hash(seq, leaf_hash) FROM cassette_journal NOT INDEXED
+                                 WHERE seq BETWEEN (NEW.tree_size >> (b + 1)) << (b + 1)
+                                               AND ((NEW.tree_size >> (b + 1)) << (b + 1))
+                                                   + (1 << b) - 1),
+                                acc)
+                            ELSE (SELECT cassette_subtree_hash(seq, leaf_hash) FROM cassette_journal NOT INDEXED
+                                 WHERE seq BETWEEN (NEW.tree_size >> (b + 1)) << (b + 1)
+                                               AND ((NEW.tree_size >> (b + 1)) << (b + 1))
+                                                   + (1 << b) - 1) END
                 FROM fold WHERE (NEW.tree_size >> b) > 0
             )
             SELECT acc FROM fold ORDER BY b DESC LIMIT 1
         )
     );
+END;
+
+CREATE TRIGGER cassette_tree_nodes_bounded BEFORE INSERT ON cassette_tree_nodes
+BEGIN
+    SELECT RAISE(ABORT, 'TREE_BROKEN: a tree node covers only complete blocks of journaled entries')
+    WHERE typeof(NEW.leaf_end) IS NOT 'integer'
+       OR NEW.leaf_end >= coalesce((SELECT seq + 1 - (seq + 1) % 256 FROM cassette_journal
+                                    NOT INDEXED ORDER BY seq DESC LIMIT 1), 0);
 END;
 
 CREATE TRIGGER cassette_tree_nodes_no_delete BEFORE DELETE ON cassette_tree_nodes

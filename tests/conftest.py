@@ -83,8 +83,7 @@ def write_journal(conn: sqlite3.Connection, bodies: list[str]) -> None:
     and knows the formulas can do."""
     conn.execute("DELETE FROM cassette_journal")
     conn.execute("DELETE FROM cassette_tree_nodes")
-    sealed = [row[0] for row in conn.execute("SELECT tree_size FROM cassette_seals")]
-    keep = stored_node_limit(len(bodies), sealed)
+    keep = tree.tail_start(len(bodies))  # the nodes of complete blocks (0009)
     prev, edge = ZERO_HASH, CompactRange()
     for seq, body in enumerate(bodies):
         leaf = leaf_hash(body.encode("utf-8"))
@@ -97,13 +96,6 @@ def write_journal(conn: sqlite3.Connection, bodies: list[str]) -> None:
             "INSERT INTO cassette_tree_nodes (leaf_end, level, hash) VALUES (?, ?, ?)",
             [(seq, level, node) for level, node in edge.append(leaf) if seq < keep],
         )
-
-
-def stored_node_limit(size: int, sealed: list[int]) -> int:
-    """The ledger stores every node ending before this entry and none after (migration
-    0009): its complete blocks, and in the last block up to its largest seal."""
-    start = tree.tail_start(size)
-    return max((s for s in sealed if start < s <= size), default=start)
 
 
 def action_dict(

@@ -60,7 +60,7 @@ from catalytic_cassette.seals import (
 from catalytic_cassette.tree import StoredTree
 from catalytic_cassette.verify import VerifyReport, verify_path
 
-from .conftest import action_dict, dump, file_digest, stored_node_limit, unguarded
+from .conftest import action_dict, dump, file_digest, unguarded
 
 CTX = mp.get_context("spawn")
 TIMEOUT = 60
@@ -132,8 +132,7 @@ def _expected_stored(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
     """The nodes the ledger stores (migration 0009): every node of its complete blocks of
     tree.GROW_BLOCK leaves and, in the last block, those within its largest seal."""
     leaves = _leaves(conn)
-    sealed = [r[0] for r in conn.execute("SELECT tree_size FROM cassette_seals")]
-    limit = stored_node_limit(len(leaves), sealed)
+    limit = len(leaves) // 256 * 256  # every node of the complete blocks of 256 leaves
     return [node for node in _expected_nodes(leaves) if node[0] < limit]
 
 
@@ -396,8 +395,8 @@ def _refused(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> Cas
 
 @pytest.fixture
 def posted(cassette: MessageCassette) -> MessageCassette:
-    for n in range(3):
-        cassette.post_message({"n": n}, "run", "USER")
+    """A sealed ledger past its first complete block of stored nodes (tree.GROW_BLOCK)."""
+    cassette.post_messages([({"n": n}, "run", "USER", None) for n in range(86)])
     record_seal(cassette.conn, KEY, now_ms=1, origin=None)
     cassette.post_message({"n": 3}, "run", "USER")
     return cassette

@@ -1,9 +1,9 @@
 """The Merkle tree stored a block of tree.GROW_BLOCK leaves at a time (migration 0009).
 
-What the database stores is exact: every node of every complete block, and in the last,
-incomplete block the nodes within its largest recorded seal, no more. Reads compute the
-others from the leaves; verify names any node that differs from that rule, whoever put it
-there (LAW.md, "Merkle tree").
+What the database stores is exact: every node of every complete block, and none of the
+last, incomplete block, which nobody may store. Reads and the seal guard compute those from
+the leaves; verify names any node that differs from that rule, whoever put it there
+(LAW.md section 8a).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from catalytic_cassette.seals import default_origin, record_seal, write_seal_fil
 from catalytic_cassette.tree import GROW_BLOCK, StoredTree
 from catalytic_cassette.verify import verify_path
 
-from .conftest import action_dict, dump, file_digest, stored_node_limit, unguarded
+from .conftest import action_dict, dump, file_digest, unguarded
 
 KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(40, 72)))
 
@@ -65,8 +65,7 @@ def _all_nodes(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
 
 
 def _stored_by_rule(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
-    sealed = [r[0] for r in conn.execute("SELECT tree_size FROM cassette_seals")]
-    limit = stored_node_limit(_entries(conn), sealed)
+    limit = _entries(conn) // 256 * 256  # every node of the complete blocks of 256 leaves
     return [node for node in _all_nodes(conn) if node[0] < limit]
 
 
@@ -107,86 +106,102 @@ def test_reads_compute_the_last_blocks_nodes_from_its_leaves(cassette: MessageCa
     )
 
 
-def test_a_seal_stores_the_nodes_its_size_needs_and_no_more(
+def test_a_seal_stores_no_node_and_checks_the_last_block_from_its_leaves(
     cassette: MessageCassette, db_path: Path
 ) -> None:
     conn = cassette.conn
     _grow_to(cassette, GROW_BLOCK + 40)
+    before = _nodes(conn)
     seal = record_seal(conn, KEY, now_ms=1, origin=None)
     assert seal.tree_size == GROW_BLOCK + 40
-    stored = {node[:2] for node in _nodes(conn)}
-    assert (GROW_BLOCK + 31, 5) in stored  # 32 leaves from the block's start
-    assert (GROW_BLOCK + 39, 3) in stored
-    assert all(end < GROW_BLOCK + 40 for end, _ in stored)
-    assert _nodes(conn) == _stored_by_rule(conn)
+    assert _nodes(conn) == before == _stored_by_rule(conn)  # the first block only
     assert verify_path(str(db_path)).ok
-    _grow_to(cassette, 2 * GROW_BLOCK)  # the block completes around what the seal stored
+    for size in (GROW_BLOCK + 1, GROW_BLOCK + 2, GROW_BLOCK + 33, 2 * GROW_BLOCK - 1):
+        _grow_to(cassette, max(size, _entries(conn)))
+        assert record_seal(conn, KEY, now_ms=1, origin=None, size=size).tree_size == size
+    _grow_to(cassette, 2 * GROW_BLOCK)  # the block completes: now its nodes are stored
     assert _nodes(conn) == _all_nodes(conn)
     assert verify_path(str(db_path)).ok
 
 
-def test_a_seal_row_written_in_sql_stores_the_nodes_before_its_root_is_checked(
+def test_a_seal_row_written_in_sql_is_checked_against_the_leaves_of_the_last_block(
     cassette: MessageCassette,
 ) -> None:
     """The rule is the database's: a package connection inserting the seal row itself
-    (not through record_seal) gets the same nodes, and a wrong root is still refused
-    with nothing stored."""
+    (not through record_seal) is held to the same root, and stores nothing."""
     conn = cassette.conn
-    _grow_to(cassette, 21)
-    root = StoredTree(conn).root(21)
+    _grow_to(cassette, GROW_BLOCK + 21)
+    size = GROW_BLOCK + 21
+    root = StoredTree(conn).root(size)
     row = conn.execute(
-        "SELECT ?, 21, ?, 'o', '00000000', 'o' || char(10) || '21' || char(10), ms"
+        "SELECT ?, ?, ?, 'o', '00000000', 'o' || char(10) || ? || char(10), ms"
         " FROM cassette_ledger_time",
-        (1, root.hex()),
+        (1, size, root.hex(), size),
     ).fetchone()
     insert = (
         "INSERT INTO cassette_seals (seal_id, tree_size, root_hex, origin, key_id, note,"
         " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
     )
     before = _nodes(conn)
-    with pytest.raises(CassetteError) as refused, write_transaction(conn) as tx:
-        tx.execute(insert, (*row[:2], bytes(32).hex(), *row[3:]))
-    assert refused.value.code is ErrorCode.SEAL_MISMATCH
-    assert _nodes(conn) == before == []
+    for wrong in (bytes(32), StoredTree(conn).root(size - 1), root[::-1]):
+        with pytest.raises(CassetteError) as refused, write_transaction(conn) as tx:
+            tx.execute(insert, (*row[:2], wrong.hex(), *row[3:]))
+        assert refused.value.code is ErrorCode.SEAL_MISMATCH
     with write_transaction(conn) as tx:
         tx.execute(insert, row)
-    assert _nodes(conn) == _stored_by_rule(conn) != []
+    assert _nodes(conn) == before == _stored_by_rule(conn)
 
 
-@pytest.mark.parametrize("where", ["complete block", "sealed tail"])
-def test_a_deleted_node_is_reported_wherever_it_is_stored(
-    cassette: MessageCassette, db_path: Path, where: str
-) -> None:
+def test_a_deleted_node_is_reported(cassette: MessageCassette, db_path: Path) -> None:
     _grow_to(cassette, GROW_BLOCK + 40)
     record_seal(cassette.conn, KEY, now_ms=1, origin=None)
     cassette.close()
-    victim = (15, 3) if where == "complete block" else (GROW_BLOCK + 15, 4)
     with unguarded(db_path) as raw:
-        deleted = raw.execute(
-            "DELETE FROM cassette_tree_nodes WHERE leaf_end = ? AND level = ?", victim
-        )
+        deleted = raw.execute("DELETE FROM cassette_tree_nodes WHERE leaf_end = 15 AND level = 3")
         assert deleted.rowcount == 1
-    assert _tree_findings(db_path) == [("tree_node", list(victim))]
+    assert _tree_findings(db_path) == [("tree_node", [15, 3])]
 
 
-def test_a_correct_node_planted_in_the_unsealed_tail_is_reported(
+def test_no_node_of_the_incomplete_block_can_be_stored(
     cassette: MessageCassette, db_path: Path
 ) -> None:
-    """The attacker with the triggers dropped (and one with the package's functions,
-    through the node guard) can add a node the honest writer would not have stored yet:
-    its hash is right, but the file is not what the law makes, and verify says so."""
+    """Not even a right one through the package's own connection: nobody stores a node
+    over other writers' entries before their block completes them. One planted with the
+    triggers dropped is reported, right hash or not."""
     _grow_to(cassette, GROW_BLOCK + 40)
     leaves = [bytes(r[0]) for r in cassette.conn.execute("SELECT leaf_hash FROM cassette_journal")]
     node = merkle.node_hash(leaves[GROW_BLOCK], leaves[GROW_BLOCK + 1])
-    with write_transaction(cassette.conn) as tx:  # the node guard accepts a right hash
-        tx.execute(
-            "INSERT INTO cassette_tree_nodes (leaf_end, level, hash) VALUES (?, 1, ?)",
-            (GROW_BLOCK + 1, node),
-        )
+    insert = "INSERT INTO cassette_tree_nodes (leaf_end, level, hash) VALUES (?, 1, ?)"
+    before = (dump(db_path), file_digest(db_path))
+    with pytest.raises(CassetteError) as refused, write_transaction(cassette.conn) as tx:
+        tx.execute(insert, (GROW_BLOCK + 1, node))
+    assert refused.value.code is ErrorCode.TREE_BROKEN
+    assert (dump(db_path), file_digest(db_path)) == before
     cassette.close()
+    with unguarded(db_path) as raw:
+        raw.execute(insert, (GROW_BLOCK + 1, node))
     findings = verify_path(str(db_path)).errors
     assert [(f.kind, f.key) for f in findings] == [("tree_node", [GROW_BLOCK + 1, 1])]
-    assert "no complete block or seal stores" in findings[0].detail
+    assert "incomplete last block" in findings[0].detail
+
+
+def test_a_block_whose_nodes_are_not_stored_refuses_its_append(
+    cassette: MessageCassette, db_path: Path
+) -> None:
+    """Fail closed: with the trigger that stores the nodes above level 1 dropped (DDL,
+    attacker a), the append that ends a block is refused rather than leave it without
+    its root, and the file is as it was."""
+    _grow_to(cassette, GROW_BLOCK - 1)
+    raw = sqlite3.connect(db_path, isolation_level=None)
+    raw.execute("DROP TRIGGER cassette_tree_nodes_grow")
+    raw.close()
+    before = (dump(db_path), file_digest(db_path))
+    with pytest.raises(CassetteError) as refused:
+        _grow_to(cassette, GROW_BLOCK)
+    assert refused.value.code is ErrorCode.TREE_BROKEN
+    assert not cassette.conn.in_transaction
+    assert (dump(db_path), file_digest(db_path)) == before
+    assert "schema_missing" in {f.kind for f in verify_path(str(db_path)).errors}
 
 
 def test_a_raw_connection_cannot_add_a_node(cassette: MessageCassette, db_path: Path) -> None:
@@ -205,8 +220,8 @@ def test_a_version_8_ledger_keeps_its_seals_and_stores_by_the_rule_after_migrati
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Version 8 stored every node up to the head. Migration 9 keeps every node of the
-    complete blocks and, in the last block, those within its largest seal; the seals made
-    before still hold, and the next block completes as any other."""
+    complete blocks and none of the last block; the seals made before (one of them inside
+    that block) still hold, and the next block completes as any other."""
     db_path, seals = tmp_path / "v8.db", tmp_path / "seals"
     seals.mkdir()
     eight = sqlfiles.migrations()[:8]
@@ -228,7 +243,7 @@ def test_a_version_8_ledger_keeps_its_seals_and_stores_by_the_rule_after_migrati
         assert conn.execute("PRAGMA user_version").fetchone()[0] == current_version()
         assert _nodes(conn) == _stored_by_rule(conn)
         assert set(_nodes(conn)) < set(old_nodes)
-        assert max(end for end, _, _ in _nodes(conn)) == GROW_BLOCK + 29  # up to the seal
+        assert max(end for end, _, _ in _nodes(conn)) == GROW_BLOCK - 1  # the complete block
         anchored = verify_path(
             str(db_path), anchors=load_anchors(seals), seal_key=KEY.public_key(), origin=origin
         )

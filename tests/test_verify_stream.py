@@ -363,14 +363,18 @@ def test_every_index_of_every_table_is_checked(sealed: Path, tmp_path: Path) -> 
 
 @pytest.fixture(scope="module")
 def grown(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ledger of 70 journal entries: a tree of several levels."""
+    """A ledger of 582 journal entries: two complete blocks of stored nodes (levels 1 to
+    9) and an incomplete last block, which stores none (migration 0009)."""
     path = tmp_path_factory.mktemp("grown") / "ledger.db"
     with CausalChain(path, clock=ManualClock(T0)) as chain:
         chain.append_actions(
             {"plan_id": "p", "intent_id": "i", "action_type": "InternalStep", "function_name": "f"}
-            for _ in range(70)
+            for _ in range(582)
         )
     return path
+
+
+SIZES = (1, 33, 64, 70, 256, 300, 511, 512, 513, 582)  # wanted roots, across the blocks
 
 
 def _tree_findings(path: Path, batch: int) -> list[Any]:
@@ -382,7 +386,7 @@ def _tree_findings(path: Path, batch: int) -> list[Any]:
         out = Collector()
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(TreeWalk, "BLOCK", batch)
-            walk = TreeWalk(conn, out, {1, 33, 64, 70}, stored_nodes=True)
+            walk = TreeWalk(conn, out, set(SIZES), stored_nodes=True)
             check_chain(conn, out, None, walk)
             walk.finish()
         return [[f.to_dict() for f in out.report.findings], walk.roots]
@@ -394,11 +398,11 @@ def _tree_findings(path: Path, batch: int) -> list[Any]:
 @given(
     edits=st.lists(
         st.tuples(
-            st.sampled_from(["delete", "edit", "insert"]), st.integers(0, 80), st.integers(1, 7)
+            st.sampled_from(["delete", "edit", "insert"]), st.integers(0, 600), st.integers(1, 9)
         ),
         max_size=3,
     ),
-    batch=st.sampled_from([1, 2, 4, 8, 16, 64]),
+    batch=st.sampled_from([1, 2, 4, 8, 16, 64, 256, 1024]),
 )
 def test_the_tree_built_in_blocks_names_what_one_leaf_at_a_time_does(
     grown: Path, tmp_path_factory: pytest.TempPathFactory, edits: list[Any], batch: int
@@ -431,7 +435,7 @@ def test_the_tree_built_in_blocks_names_what_one_leaf_at_a_time_does(
         bytes(r[0]) for r in conn.execute("SELECT leaf_hash FROM cassette_journal ORDER BY seq")
     ]
     conn.close()
-    assert roots == {n: root_from_leaves(leaves[:n]) for n in (1, 33, 64, 70)}
+    assert roots == {n: root_from_leaves(leaves[:n]) for n in SIZES}
 
 
 def test_a_stored_key_rewritten_behind_its_expression_is_reported(

@@ -10,7 +10,7 @@ import bisect
 import collections
 import hashlib
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from ..hashing import SEQ_U64, ZERO_HASH
@@ -178,7 +178,6 @@ class TreeWalk:
         wanted: set[int],
         *,
         stored_nodes: bool,
-        sealed: Iterable[int] = (),
     ) -> None:
         self.out = out
         self.wanted = sorted(wanted)
@@ -194,11 +193,9 @@ class TreeWalk:
             if stored_nodes
             else None
         )
-        # The last, incomplete block of stored nodes (tree.GROW_BLOCK) holds exactly the
-        # nodes within its largest recorded seal: [tail_from, sealed_to). Known at the end.
-        self._sealed = list(sealed)
+        # The last, incomplete block of stored nodes (tree.GROW_BLOCK) holds none: nodes
+        # ending at or after this leaf must be absent. Known once the walk reaches the end.
         self._tail_from: int | None = None
-        self._sealed_to = 0
         self._pending: list[tuple[int, int, bytes]] = []  # completed, not yet compared
         self._fetched: collections.deque[tuple[int, int, bytes]] = collections.deque()
         self._next: tuple[int, int, bytes] | None = None
@@ -304,10 +301,10 @@ class TreeWalk:
         while self._next is not None and self._next[:2] < (leaf_end, level):
             self._extra(*self._next)
             self._advance()
-        unsealed_tail = self._tail_from is not None and leaf_end >= self._sealed_to
+        in_tail = self._tail_from is not None and leaf_end >= self._tail_from
         if self._next is None or self._next[:2] != (leaf_end, level):
-            if unsealed_tail:
-                return  # not stored until its block completes or a seal needs it
+            if in_tail:
+                return  # not stored until its block completes
             self.out.add(
                 Finding(
                     FindingKind.TREE_NODE,
@@ -318,8 +315,8 @@ class TreeWalk:
                 )
             )
             return
-        if unsealed_tail:
-            self._extra(leaf_end, level, value, "that no complete block or seal stores")
+        if in_tail:
+            self._extra(leaf_end, level, value, "in the incomplete last block, which stores none")
         elif self._next[2] != value:
             self.out.add(
                 Finding(
@@ -351,11 +348,7 @@ class TreeWalk:
         )
 
     def finish(self) -> None:
-        size = self._base + len(self._leaves)
-        self._tail_from = tail_start(size)
-        self._sealed_to = max(
-            (s for s in self._sealed if self._tail_from < s <= size), default=self._tail_from
-        )
+        self._tail_from = tail_start(self._base + len(self._leaves))
         if self._leaves:  # a last, partial block: its complete subtrees and wanted roots
             self._block()
         self._compare_pending()  # (nodes held back while their block was incomplete)

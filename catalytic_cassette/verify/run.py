@@ -82,13 +82,7 @@ def verify_connection(
         recorded = recorded_seals(conn) if schema_intact else []
         wanted = {size for _, size, _, _ in recorded}
         wanted.update(a.checkpoint.size for a in anchors or () if a.checkpoint is not None)
-        walk = TreeWalk(
-            conn,
-            out,
-            wanted,
-            stored_nodes=schema_intact,
-            sealed=[size for _, size, _, _ in recorded],
-        )
+        walk = TreeWalk(conn, out, wanted, stored_nodes=schema_intact)
         stream = (
             StateStream(
                 conn,

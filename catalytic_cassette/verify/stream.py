@@ -209,10 +209,13 @@ class StateStream:
             check.run(self.conn)
 
     def end_walk(self) -> None:
-        """The walk is over: hand out the runs not yet compared."""
+        """The walk is over: hand out the runs not yet compared. Nothing is handed out
+        after this (the other threads may have stopped taking work): a later call
+        compares here."""
         for _, table, _, runs in self._streams.values():
             if runs.rows:
                 self._hand_out(table, runs)
+        self._defer = None
 
     def _dated(
         self, seqs: list[int], dates: tuple[Any, ...], keys: tuple[Any, ...], table: str
