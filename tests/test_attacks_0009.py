@@ -43,7 +43,7 @@ from catalytic_cassette import (
 from catalytic_cassette.actions import format_v4
 from catalytic_cassette.anchor import load_anchors
 from catalytic_cassette.chain import CausalChain
-from catalytic_cassette.connection import register_functions, write_transaction
+from catalytic_cassette.connection import write_transaction
 from catalytic_cassette.merkle import MemoryTree
 from catalytic_cassette.migrate import current_version
 from catalytic_cassette.seals import default_origin, record_seal, write_seal_file
@@ -51,38 +51,15 @@ from catalytic_cassette.tree import GROW_BLOCK, StoredTree
 from catalytic_cassette.verify import verify_path
 
 from .conftest import action_dict, dump, file_digest, unguarded
+from .tree_helpers import SEAL_INSERT
+from .tree_helpers import entries as _entries
+from .tree_helpers import grow as _grow
+from .tree_helpers import look_alike as _look_alike
+from .tree_helpers import nodes as _nodes
 
 KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(100, 132)))
-SEAL_INSERT = (
-    "INSERT INTO cassette_seals (seal_id, tree_size, root_hex, origin, key_id, note,"
-    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-
 
 # ------------------------------------------------------------------------- helpers
-
-
-def _entries(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("SELECT count(*) FROM cassette_journal").fetchone()[0])
-
-
-def _grow(path: Path, clock: ManualClock, entries: int) -> None:
-    """Actions (one journal entry each) until the journal has ``entries`` entries."""
-    with CausalChain(path, clock=clock, durability="normal") as chain:
-        missing = entries - _entries(chain.conn)
-        assert missing >= 0
-        if missing:
-            chain.append_actions([action_dict("CapabilityCall", f"f{n}") for n in range(missing)])
-        assert _entries(chain.conn) == entries
-
-
-def _nodes(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
-    return [
-        (int(e), int(lv), bytes(h))
-        for e, lv, h in conn.execute(
-            "SELECT leaf_end, level, hash FROM cassette_tree_nodes ORDER BY leaf_end, level"
-        )
-    ]
 
 
 def _by_rule(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
@@ -127,16 +104,6 @@ def _still_works(path: Path, clock: ManualClock) -> None:
         _grow(path, clock, before - before % GROW_BLOCK + GROW_BLOCK + 3)
         _seal(cassette.conn)
         assert _nodes(cassette.conn) == _by_rule(cassette.conn)
-
-
-def _look_alike(path: Path, clock: ManualClock) -> sqlite3.Connection:
-    """Attacker (b): a plain sqlite3 connection (default PRAGMAs) with the package's
-    functions registered and its TEMP triggers installed: every rule of the file runs."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    register_functions(conn, clock)
-    for statement in sqlfiles.connection_statements():
-        conn.execute(statement)
-    return conn
 
 
 @pytest.fixture

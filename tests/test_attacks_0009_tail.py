@@ -30,8 +30,6 @@ from hypothesis import strategies as st
 
 from catalytic_cassette import ManualClock, MessageCassette, merkle, sqlfiles, tree
 from catalytic_cassette.anchor import load_anchors
-from catalytic_cassette.chain import CausalChain
-from catalytic_cassette.connection import register_functions
 from catalytic_cassette.hashing import node_hash
 from catalytic_cassette.merkle import MemoryTree
 from catalytic_cassette.note import Checkpoint, ed25519_key_id, sign_note
@@ -39,30 +37,18 @@ from catalytic_cassette.seals import default_origin, record_seal, write_seal_fil
 from catalytic_cassette.tree import GROW_BLOCK, StoredTree
 from catalytic_cassette.verify import verify_path
 
-from .conftest import action_dict, dump, file_digest, unguarded
+from .conftest import dump, file_digest, unguarded
+from .tree_helpers import SEAL_INSERT
+from .tree_helpers import entries as _entries
+from .tree_helpers import grow as _grow
+from .tree_helpers import look_alike as _look_alike
+from .tree_helpers import nodes as _nodes
 
 KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(40, 72)))
-SEAL_INSERT = (
-    "INSERT INTO cassette_seals (seal_id, tree_size, root_hex, origin, key_id, note,"
-    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
 HEADS = [1, 2, 255, 256, 257, 511, 512, 513, 3 * GROW_BLOCK + 40]
 
 
 # ------------------------------------------------------------------------- helpers
-
-
-def _entries(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("SELECT count(*) FROM cassette_journal").fetchone()[0])
-
-
-def _grow(path: Path, clock: ManualClock, entries: int) -> None:
-    with CausalChain(path, clock=clock, durability="normal") as chain:
-        missing = entries - _entries(chain.conn)
-        assert missing >= 0
-        if missing:
-            chain.append_actions([action_dict("CapabilityCall", f"t{n}") for n in range(missing)])
-        assert _entries(chain.conn) == entries
 
 
 def _leaves(conn: sqlite3.Connection) -> list[bytes]:
@@ -75,15 +61,6 @@ def _bodies_root(conn: sqlite3.Connection, size: int) -> bytes:
     """The RFC 9162 root of the first ``size`` journal bodies (not the stored leaf hashes)."""
     bodies = conn.execute("SELECT body FROM cassette_journal WHERE seq < ? ORDER BY seq", (size,))
     return merkle.root_from_leaves([merkle.leaf_hash(b.encode()) for (b,) in bodies])
-
-
-def _nodes(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
-    return [
-        (int(e), int(lv), bytes(h))
-        for e, lv, h in conn.execute(
-            "SELECT leaf_end, level, hash FROM cassette_tree_nodes ORDER BY leaf_end, level"
-        )
-    ]
 
 
 def _by_rule(conn: sqlite3.Connection) -> list[tuple[int, int, bytes]]:
@@ -131,16 +108,6 @@ def _fold(size: int, subtree: Callable[[int, int], bytes]) -> bytes:
             acc = here if acc is None else node_hash(here, acc)
     assert acc is not None
     return acc
-
-
-def _look_alike(path: Path, clock: ManualClock) -> sqlite3.Connection:
-    """Attacker (b): the package's functions and TEMP statements on a plain connection,
-    ready for some of them to be replaced."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    register_functions(conn, clock)
-    for statement in sqlfiles.connection_statements():
-        conn.execute(statement)
-    return conn
 
 
 def _post_raw(conn: sqlite3.Connection, clock: ManualClock) -> None:
