@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import payloads
 from .connection import DEFAULT_BUSY_TIMEOUT_MS
 from .errors import CassetteError, ErrorCode, translate
+from .lease_limits import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS
 from .ledger import LedgerFile
 from .worker_keys import PinnedKey, WorkerKey, attest, sha256_text
 
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 SOURCES = ("USER", "PLANNER", "SYSTEM", "WORKER")
 OUTCOMES = ("SUCCESS", "FAILURE", "ABORTED")
 STATUSES = ("PENDING", "LEASED", "COMMITTED")
-MAX_TTL_SECONDS = 30 * 24 * 3600
 
 # A claim reads the next PENDING step, then leases it by its id: under the write lock
 # (BEGIN IMMEDIATE) nothing can come between the two, and the lease gets the token read
@@ -327,7 +327,9 @@ class MessageCassette(LedgerFile):
 
     # ---------------------------------------------------------------- claims
 
-    def claim_step(self, run_id: str, worker_id: str, ttl_seconds: float = 300) -> dict[str, Any]:
+    def claim_step(
+        self, run_id: str, worker_id: str, ttl_seconds: float = DEFAULT_TTL_SECONDS
+    ) -> dict[str, Any]:
         """Lease the next PENDING step of the run; NO_PENDING_STEPS when there is none."""
         claimed = self.claim_steps(run_id, worker_id, 1, ttl_seconds)
         if not claimed:
@@ -335,7 +337,7 @@ class MessageCassette(LedgerFile):
         return claimed[0]
 
     def claim_steps(
-        self, run_id: str, worker_id: str, n: int, ttl_seconds: float = 300
+        self, run_id: str, worker_id: str, n: int, ttl_seconds: float = DEFAULT_TTL_SECONDS
     ) -> list[dict[str, Any]]:
         """Lease up to n steps in claim order in one transaction, each with its own token."""
         _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
@@ -411,7 +413,7 @@ class MessageCassette(LedgerFile):
         fencing_token: int,
         receipt_payload: dict[str, Any],
         outcome: str,
-        ttl_seconds: float = 300,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
     ) -> dict[str, Any]:
         """Complete a leased step and lease this worker's next step, in one transaction.
 

@@ -27,6 +27,16 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def ledger(tmp_path: Path) -> tuple[Path, ManualClock]:
+    """An empty ledger and the clock to write it with (tests that open it themselves; a
+    module's own ``ledger`` fixture takes precedence)."""
+    path = tmp_path / "ledger.db"
+    clock = ManualClock()
+    MessageCassette(path, clock=clock, durability="normal").close()
+    return path, clock
+
+
+@pytest.fixture
 def cassette(db_path: Path, clock: ManualClock) -> Iterator[MessageCassette]:
     with MessageCassette(db_path, clock=clock) as opened:
         yield opened

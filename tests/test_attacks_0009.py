@@ -106,14 +106,6 @@ def _still_works(path: Path, clock: ManualClock) -> None:
         assert _nodes(cassette.conn) == _by_rule(cassette.conn)
 
 
-@pytest.fixture
-def ledger(tmp_path: Path) -> tuple[Path, ManualClock]:
-    path = tmp_path / "ledger.db"
-    clock = ManualClock()
-    MessageCassette(path, clock=clock, durability="normal").close()
-    return path, clock
-
-
 # ================================================= (b) recursive_triggers=OFF writers
 
 

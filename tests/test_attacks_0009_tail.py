@@ -134,14 +134,6 @@ def _still_works(path: Path, clock: ManualClock) -> None:
         assert _nodes(conn) == _by_rule(conn)
 
 
-@pytest.fixture
-def ledger(tmp_path: Path) -> tuple[Path, ManualClock]:
-    path = tmp_path / "ledger.db"
-    clock = ManualClock()
-    MessageCassette(path, clock=clock, durability="normal").close()
-    return path, clock
-
-
 # ====================== the seal guard at every size, against RFC 9162 (MemoryTree)
 
 

@@ -10,6 +10,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
+from ..lease_limits import DEFAULT_TTL_SECONDS
 from ..terminal import printable
 from .boundary import EXIT_CANNOT_VERIFY, CassetteGroup, emit
 from .output import progress_bar
@@ -195,7 +196,13 @@ def post(
 @click.command()
 @click.option("--run-id", required=True)
 @click.option("--worker", required=True, help="The worker taking the lease.")
-@click.option("--ttl", type=float, default=300, show_default=True, help="Lease length in seconds.")
+@click.option(
+    "--ttl",
+    type=float,
+    default=DEFAULT_TTL_SECONDS,
+    show_default=True,
+    help="Lease length in seconds.",
+)
 @click.option("--worker-key", default=None, help=_WORKER_KEY_HELP)
 @click.pass_context
 def claim(ctx: click.Context, run_id: str, worker: str, ttl: float, worker_key: str | None) -> None:
@@ -227,7 +234,7 @@ def claim(ctx: click.Context, run_id: str, worker: str, ttl: float, worker_key: 
     "--ttl",
     type=float,
     default=None,
-    help="With --claim-next: the new lease's length in seconds.  [default: 300]",
+    help=f"With --claim-next: the new lease's length in seconds.  [default: {DEFAULT_TTL_SECONDS}]",
 )
 @click.option("--worker-key", default=None, help=_WORKER_KEY_HELP)
 @click.pass_context
@@ -252,7 +259,13 @@ def complete(
     if claim_next:
         emit(
             cassette.complete_and_claim(
-                run_id, step, worker, token, receipt, outcome, 300 if ttl is None else ttl
+                run_id,
+                step,
+                worker,
+                token,
+                receipt,
+                outcome,
+                DEFAULT_TTL_SECONDS if ttl is None else ttl,
             )
         )
         return

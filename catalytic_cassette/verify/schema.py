@@ -181,8 +181,10 @@ _TRIGGER_EVENT = re.compile(
 
 
 def _event(sql: str | None) -> str:
-    """'AFTER INSERT', 'BEFORE UPDATE', ... of a CREATE TRIGGER (BEFORE when unsaid)."""
-    found = _TRIGGER_EVENT.search(sql or "")
+    """'AFTER INSERT', 'BEFORE UPDATE', ... of a CREATE TRIGGER (BEFORE when unsaid),
+    read from its head only: the words before its table's ON, not its body."""
+    head = re.split(r"\sON\s", sql or "", maxsplit=1, flags=re.IGNORECASE)[0]
+    found = _TRIGGER_EVENT.search(head)
     if found is None:
         return "?"
     timing = " ".join((found.group(1) or "BEFORE").upper().split())
