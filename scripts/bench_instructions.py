@@ -22,17 +22,13 @@ store the result); `post` = one `post_message` per transaction, ours and raw; `s
 `append_action` per transaction, ours and raw; `batch` = `append_actions` in batches of
 1,000, per action, ours and raw.
 
-The floors (`cycle`, `post`): the raw tables plus the cheapest hash-chained journal a
-ledger could keep in the same transaction, one entry per row written (a compact JSON
-body, its leaf and chain hash), with no guard, no tree and no check: `floor` builds the
-entry in Python, `floor-sql` in TEMP triggers as the package does. No design that journals
-every row can cost less than its floor; a target above it is out of reach by construction.
+`floor` (`cycle`, `post`): the raw tables plus the cheapest hash-chained journal a ledger
+could keep (scripts/bench_raw.py, `add_floor_journal`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
@@ -50,16 +46,16 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench  # noqa: E402
 import bench_chain  # noqa: E402
+import bench_raw  # noqa: E402
 
-from catalytic_cassette import ManualClock, MessageCassette, hashing  # noqa: E402
+from catalytic_cassette import ManualClock, MessageCassette  # noqa: E402
 
 WARM = 100  # operations before the counted ones, in both runs
 PENDING = 1_500  # steps (or huey tasks) made ready before any is timed, whatever n is
 BATCH = 1_000
-FLOORS = ("floor", "floor-sql")
 CONTENDERS = {
-    "cycle": ("ours", "ours-fused", "raw", "floor", "floor-sql", "huey"),
-    "post": ("ours", "raw", "floor-sql"),
+    "cycle": ("ours", "ours-fused", "raw", "floor", "huey"),
+    "post": ("ours", "raw", "floor"),
     "single": ("ours", "raw"),
     "batch": ("ours", "raw"),
 }
@@ -96,130 +92,11 @@ def _cycle_raw(folder: Path, n: int) -> None:
     conn.close()
 
 
-class _FloorJournal:
-    """The cheapest hash-chained journal a ledger could keep in the same transaction.
-
-    One plain row per write (sequence, compact JSON body, leaf and chain hash computed in
-    Python by hashlib), no guard, no tree, no check: what any design that journals every
-    row in the database pays at least, on top of the raw tables.
-    """
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS floor_journal (seq INTEGER PRIMARY KEY, body TEXT NOT"
-            " NULL, leaf_hash BLOB NOT NULL, chain_hash BLOB NOT NULL) STRICT"
-        )
-        self.conn, self.seq, self.chain = conn, 0, hashing.ZERO_HASH
-
-    def add(self, table: str, op: str, key: int, row: dict[str, object]) -> None:
-        body = json.dumps({"table": table, "op": op, "key": key, "row": row}, separators=(",", ":"))
-        leaf = hashing.leaf_hash(body.encode("utf-8"))
-        self.chain = hashing.chain_hash(self.seq, self.chain, leaf)
-        self.conn.execute(
-            "INSERT INTO floor_journal VALUES (?, ?, ?, ?)", (self.seq, body, leaf, self.chain)
-        )
-        self.seq += 1
-
-
 def _cycle_floor(folder: Path, n: int) -> None:
-    """The raw cycle plus one floor journal row for each of its three writes."""
-    templates = bench.Templates(folder, 500)
-    conn = bench.raw_connect(templates.raw(PENDING), "normal")
-    journal = _FloorJournal(conn)
-    for _ in range(WARM + n):
-        conn.execute("BEGIN IMMEDIATE")
-        expires = bench.now_ms() + bench.TTL_SECONDS * 1000
-        step, job, token, payload = conn.execute(
-            bench.RAW_CLAIM, (bench.WORKER, expires, bench.RUN)
-        ).fetchone()
-        lease = {
-            "step_id": step,
-            "job_id": job,
-            "status": "LEASED",
-            "lease_owner": bench.WORKER,
-            "lease_expires_at": expires,
-            "fencing_token": token,
-            "payload_json": payload,
-        }
-        journal.add("cassette_steps", "UPDATE", step, lease)
-        conn.execute("COMMIT")
-        conn.execute("BEGIN IMMEDIATE")
-        receipt, created = bench.canonical(bench.RECEIPT), bench.now_ms()
-        receipt_id = conn.execute(
-            bench.RAW_RECEIPT + " RETURNING receipt_id",
-            (step, job, bench.RUN, bench.WORKER, token, receipt, created),
-        ).fetchone()[0]
-        journal.add(
-            "cassette_receipts",
-            "INSERT",
-            receipt_id,
-            {
-                "receipt_id": receipt_id,
-                "step_id": step,
-                "job_id": job,
-                "run_id": bench.RUN,
-                "worker_id": bench.WORKER,
-                "fencing_token": token,
-                "outcome": "SUCCESS",
-                "receipt_json": receipt,
-                "created_at": created,
-            },
-        )
-        conn.execute(bench.RAW_COMMIT_STEP, (step,))
-        journal.add("cassette_steps", "UPDATE", step, {**lease, "status": "COMMITTED"})
-        conn.execute("COMMIT")
-    conn.close()
-
-
-_FLOOR_TRIGGER = """
-CREATE TEMP TRIGGER floor_{name} AFTER {event} ON main.{table}
-BEGIN
-    INSERT INTO floor_journal (seq, body, leaf_hash, chain_hash)
-    SELECT e.seq, e.body, e.leaf, cassette_chain_hash(e.seq, e.prev, e.leaf)
-    FROM (SELECT n.seq, n.prev, n.body, cassette_leaf_hash(n.body) AS leaf
-          FROM (SELECT coalesce(h.seq + 1, 0) AS seq, coalesce(h.chain_hash, zeroblob(32)) AS prev,
-                       json_object('table', '{table}', 'op', '{event}', 'key', NEW.{key},
-                                   'row', json_object({columns})) AS body
-                FROM (SELECT max(seq) AS seq, chain_hash FROM floor_journal) h
-                LIMIT -1 OFFSET 0) n
-          LIMIT -1 OFFSET 0) e;
-END
-"""
-
-
-CYCLE_WRITES = (
-    ("cassette_steps", "UPDATE", "step_id"),
-    ("cassette_receipts", "INSERT", "receipt_id"),
-)
-POST_WRITES = (
-    ("cassette_messages", "INSERT", "message_id"),
-    ("cassette_jobs", "INSERT", "job_id"),
-    ("cassette_steps", "INSERT", "step_id"),
-)
-
-
-def _floor_sql_triggers(
-    conn: sqlite3.Connection, writes: tuple[tuple[str, str, str], ...] = CYCLE_WRITES
-) -> None:
-    """The journal rows of the floor written by SQL, as the package's TEMP triggers do."""
-    for name, (arity, function) in hashing.sql_functions().items():
-        conn.create_function(name, arity, function, deterministic=True)
-    _FloorJournal(conn)
-    for table, event, key in writes:
-        names = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
-        columns = ", ".join(f"'{column}', NEW.{column}" for column in names)
-        conn.execute(
-            _FLOOR_TRIGGER.format(
-                name=f"{table}_{event}".lower(), event=event, table=table, key=key, columns=columns
-            )
-        )
-
-
-def _cycle_floor_sql(folder: Path, n: int) -> None:
     """The raw cycle with one journal row per write written by SQL triggers, unguarded."""
     templates = bench.Templates(folder, 500)
     conn = bench.raw_connect(templates.raw(PENDING), "normal")
-    _floor_sql_triggers(conn)
+    bench_raw.add_floor_journal(conn, bench_raw.CYCLE_WRITES)
     for _ in range(WARM + n):
         claimed = bench.raw_claim(conn, bench.WORKER)
         assert claimed is not None
@@ -237,7 +114,7 @@ def _post_raw(folder: Path, n: int, floor: bool) -> None:
     templates = bench.Templates(folder, 500)
     conn = bench.raw_connect(templates.raw(0), "normal")
     if floor:
-        _floor_sql_triggers(conn, POST_WRITES)
+        bench_raw.add_floor_journal(conn, bench_raw.POST_WRITES)
     payload = bench.canonical(bench.PAYLOAD)
     for _ in range(WARM + n):
         conn.execute("BEGIN IMMEDIATE")
@@ -278,10 +155,9 @@ RUNNERS: dict[str, Callable[[Path, int], None]] = {
     "cycle:raw": _cycle_raw,
     "cycle:huey": _cycle_huey,
     "cycle:floor": _cycle_floor,
-    "cycle:floor-sql": _cycle_floor_sql,
     "post:ours": _post_ours,
     "post:raw": lambda folder, n: _post_raw(folder, n, floor=False),
-    "post:floor-sql": lambda folder, n: _post_raw(folder, n, floor=True),
+    "post:floor": lambda folder, n: _post_raw(folder, n, floor=True),
     "single:ours": lambda folder, n: _appends(folder, n, "ours", None),
     "single:raw": lambda folder, n: _appends(folder, n, "raw", None),
     "batch:ours": lambda folder, n: _appends(folder, n, "ours", BATCH),
@@ -357,9 +233,9 @@ def main() -> None:
             counts[side] = per_operation(f"{workload}:{side}", n1, n2, args.native)
             print(f"{workload:7s} {side:11s} {counts[side]:>12,.0f} instructions per operation")
         for side in counts:
-            bases = ("raw", "huey") if side.startswith("floor") else ("raw", *FLOORS, "huey")
+            bases = ("raw", "huey") if side == "floor" else ("raw", "floor", "huey")
             for base in bases:
-                if base in counts and side.startswith(("ours", "floor")):
+                if base in counts and side != base and side not in ("raw", "huey"):
                     print(f"{workload:7s} {side} / {base} = {counts[side] / counts[base]:.2f}")
 
 

@@ -234,8 +234,8 @@ def test_bench_instructions_runs_every_contender_natively() -> None:
     ).stdout
     huey = ("huey",) if importlib.util.find_spec("huey") is not None else ()
     for workload, sides in (
-        ("cycle", ("ours", "ours-fused", "raw", "floor", "floor-sql", *huey)),
-        ("post", ("ours", "raw", "floor-sql")),
+        ("cycle", ("ours", "ours-fused", "raw", "floor", *huey)),
+        ("post", ("ours", "raw", "floor")),
         ("single", ("ours", "raw")),
         ("batch", ("ours", "raw")),
     ):
@@ -250,9 +250,8 @@ def test_bench_instructions_runs_every_contender_natively() -> None:
     assert refused.returncode != 0 and "unknown workload" in refused.stderr
 
 
-@pytest.mark.parametrize("runner", ["_cycle_floor", "_cycle_floor_sql"])
 def test_the_floor_journal_is_a_hash_chain_of_every_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The instruction benchmark's floor does the work it claims: one chained entry per
     write of the cycle (a claim, a receipt, a commit), each naming its row."""
@@ -262,7 +261,7 @@ def test_the_floor_journal_is_a_hash_chain_of_every_write(
 
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     module = importlib.import_module("bench_instructions")
-    getattr(module, runner)(tmp_path, 5)
+    module._cycle_floor(tmp_path, 5)
     (ledger,) = (tmp_path / "templates").glob("raw-*.db")
     conn = sqlite3.connect(ledger)
     rows = conn.execute("SELECT seq, body, leaf_hash, chain_hash FROM floor_journal ORDER BY seq")
