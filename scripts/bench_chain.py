@@ -11,14 +11,12 @@ produced them go to docs/BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
 import resource
 import sqlite3
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -68,6 +66,21 @@ def raw_connection(path: Path, durability: str) -> sqlite3.Connection:
     return bench_raw.ledger(path, durability)
 
 
+def print_ratios(results: dict[str, list[float]]) -> None:
+    ours, raw, floor = (statistics.median(results[name]) for name in ("ours", "raw", "floor"))
+    print(
+        f"  ratio ours/raw = {ours / raw:.2f}  ours/floor = {ours / floor:.2f}"
+        f"  floor/raw = {floor / raw:.2f}"
+    )
+
+
+def floor_connection(path: Path, durability: str) -> sqlite3.Connection:
+    """The raw baseline plus the cheapest per-row journal (scripts/bench_raw.py)."""
+    conn = bench_raw.ledger(path, durability)
+    bench_raw.add_floor_journal(conn, (("cassette_actions", "INSERT", "action_id"),))
+    return conn
+
+
 def median_range(samples: list[float]) -> str:
     return f"{statistics.median(samples):,.0f}/s (range {min(samples):,.0f}-{max(samples):,.0f})"
 
@@ -89,9 +102,7 @@ class Single:
     def __init__(self, scratch: Path, durability: str) -> None:
         self.ours = CausalChain(scratch / "single-ours.db", durability=durability)
         self.raw = raw_connection(scratch / "single-raw.db", durability)
-        self.chained = raw_connection(scratch / "single-chained.db", durability)
-        self.prev = bytes(32)
-        self.seq = 0
+        self.floor = floor_connection(scratch / "single-floor.db", durability)
 
     def run_ours(self, count: int) -> float:
         start = time.perf_counter()
@@ -100,37 +111,21 @@ class Single:
         return count / (time.perf_counter() - start)
 
     def run_raw(self, count: int) -> float:
-        args, result = json.dumps(ARGUMENTS), json.dumps(RESULT)
-        start = time.perf_counter()
-        for _ in range(count):
-            self.raw.execute("BEGIN IMMEDIATE")
-            self.raw.execute(RAW_INSERT, (str(uuid.uuid4()), args, result, time.time_ns() // 10**6))
-            self.raw.execute("COMMIT")
-        return count / (time.perf_counter() - start)
+        return _run_single(self.raw, count)
 
-    def run_chained(self, count: int) -> float:
-        """Raw insert plus a hash-chained journal row, computed in Python, same transaction."""
-        args, result = json.dumps(ARGUMENTS), json.dumps(RESULT)
-        start = time.perf_counter()
-        for _ in range(count):
-            action_id, now = str(uuid.uuid4()), time.time_ns() // 10**6
-            body = json.dumps(
-                {"table": "cassette_actions", "key": action_id, "args": args, "ts": now}
-            )
-            leaf = hashlib.sha256(b"\x00" + body.encode()).digest()
-            chain = hashlib.sha256(
-                b"\x02" + struct.pack(">Q", self.seq) + self.prev + leaf
-            ).digest()
-            self.chained.execute("BEGIN IMMEDIATE")
-            self.chained.execute(RAW_INSERT, (action_id, args, result, now))
-            self.chained.execute(
-                "INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash)"
-                " VALUES (?, ?, ?, ?)",
-                (self.seq, body, leaf, chain),
-            )
-            self.chained.execute("COMMIT")
-            self.prev, self.seq = chain, self.seq + 1
-        return count / (time.perf_counter() - start)
+    def run_floor(self, count: int) -> float:
+        """The raw insert plus the cheapest per-row journal (bench_raw.add_floor_journal)."""
+        return _run_single(self.floor, count)
+
+
+def _run_single(conn: sqlite3.Connection, count: int) -> float:
+    args, result = json.dumps(ARGUMENTS), json.dumps(RESULT)
+    start = time.perf_counter()
+    for _ in range(count):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(RAW_INSERT, (str(uuid.uuid4()), args, result, time.time_ns() // 10**6))
+        conn.execute("COMMIT")
+    return count / (time.perf_counter() - start)
 
 
 class Batched:
@@ -140,6 +135,7 @@ class Batched:
         self.batch = batch
         self.ours = CausalChain(scratch / "batch-ours.db", durability=durability)
         self.raw = raw_connection(scratch / "batch-raw.db", durability)
+        self.floor = floor_connection(scratch / "batch-floor.db", durability)
 
     def run_ours(self, count: int) -> float:
         start = time.perf_counter()
@@ -148,15 +144,21 @@ class Batched:
         return count / (time.perf_counter() - start)
 
     def run_raw(self, count: int) -> float:
+        return self._run(self.raw, count)
+
+    def run_floor(self, count: int) -> float:
+        return self._run(self.floor, count)
+
+    def _run(self, conn: sqlite3.Connection, count: int) -> float:
         args, result = json.dumps(ARGUMENTS), json.dumps(RESULT)
         start = time.perf_counter()
         for _ in range(count // self.batch):
             now = time.time_ns() // 10**6
-            self.raw.execute("BEGIN IMMEDIATE")
-            self.raw.executemany(
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
                 RAW_INSERT, [(str(uuid.uuid4()), args, result, now) for _ in range(self.batch)]
             )
-            self.raw.execute("COMMIT")
+            conn.execute("COMMIT")
         return count / (time.perf_counter() - start)
 
 
@@ -369,27 +371,22 @@ def main() -> None:
             (scratch / durability).mkdir()
             single = Single(scratch / durability, durability)
             results = interleave(
-                {"ours": single.run_ours, "raw": single.run_raw, "raw+chain": single.run_chained},
+                {"ours": single.run_ours, "raw": single.run_raw, "floor": single.run_floor},
                 args.single,
                 args.reps,
             )
-            ours = statistics.median(results["ours"])
             for name, samples in results.items():
-                print(f"append one per transaction, {name:9s}: {median_range(samples)}")
-            print(
-                f"  ratio ours/raw = {ours / statistics.median(results['raw']):.2f}  "
-                f"ours/raw+chain = {ours / statistics.median(results['raw+chain']):.2f}"
-            )
+                print(f"append one per transaction, {name:5s}: {median_range(samples)}")
+            print_ratios(results)
             batched = Batched(scratch / durability, durability, args.batch)
             results = interleave(
-                {"ours": batched.run_ours, "raw": batched.run_raw}, args.batched, args.reps
+                {"ours": batched.run_ours, "raw": batched.run_raw, "floor": batched.run_floor},
+                args.batched,
+                args.reps,
             )
             for name, samples in results.items():
-                print(f"append batches of {args.batch}, {name:4s}: {median_range(samples)}")
-            print(
-                f"  ratio ours/raw = "
-                f"{statistics.median(results['ours']) / statistics.median(results['raw']):.2f}"
-            )
+                print(f"append batches of {args.batch}, {name:5s}: {median_range(samples)}")
+            print_ratios(results)
 
         if not args.live_only:
             print("\n== cause chains (durability normal)")

@@ -22,7 +22,7 @@ store the result); `post` = one `post_message` per transaction, ours and raw; `s
 `append_action` per transaction, ours and raw; `batch` = `append_actions` in batches of
 1,000, per action, ours and raw.
 
-`floor` (`cycle`, `post`): the raw tables plus the cheapest hash-chained journal a ledger
+`floor` (every workload): the raw tables plus the cheapest hash-chained journal a ledger
 could keep (scripts/bench_raw.py, `add_floor_journal`).
 """
 
@@ -56,8 +56,8 @@ BATCH = 1_000
 CONTENDERS = {
     "cycle": ("ours", "ours-fused", "raw", "floor", "huey"),
     "post": ("ours", "raw", "floor"),
-    "single": ("ours", "raw"),
-    "batch": ("ours", "raw"),
+    "single": ("ours", "raw", "floor"),
+    "batch": ("ours", "raw", "floor"),
 }
 
 
@@ -137,14 +137,14 @@ def _cycle_huey(folder: Path, n: int) -> None:
 def _appends(folder: Path, n: int, side: str, batch: int | None) -> None:
     if batch is None:
         single = bench_chain.Single(folder, "normal")
-        run = single.run_ours if side == "ours" else single.run_raw
+        run = {"ours": single.run_ours, "raw": single.run_raw, "floor": single.run_floor}[side]
         run(WARM), run(n)
-        closing = [single.ours, single.raw, single.chained]
+        closing = [single.ours, single.raw, single.floor]
     else:
         batched = bench_chain.Batched(folder, "normal", batch)
-        run = batched.run_ours if side == "ours" else batched.run_raw
+        run = {"ours": batched.run_ours, "raw": batched.run_raw, "floor": batched.run_floor}[side]
         run(batch), run(n)
-        closing = [batched.ours, batched.raw]
+        closing = [batched.ours, batched.raw, batched.floor]
     for conn in closing:
         conn.close()
 
@@ -160,8 +160,10 @@ RUNNERS: dict[str, Callable[[Path, int], None]] = {
     "post:floor": lambda folder, n: _post_raw(folder, n, floor=True),
     "single:ours": lambda folder, n: _appends(folder, n, "ours", None),
     "single:raw": lambda folder, n: _appends(folder, n, "raw", None),
+    "single:floor": lambda folder, n: _appends(folder, n, "floor", None),
     "batch:ours": lambda folder, n: _appends(folder, n, "ours", BATCH),
     "batch:raw": lambda folder, n: _appends(folder, n, "raw", BATCH),
+    "batch:floor": lambda folder, n: _appends(folder, n, "floor", BATCH),
 }
 
 
