@@ -183,13 +183,16 @@ def _checkpoint(
 
     public = private_key.public_key()
     rows = conn.execute(
-        "SELECT note FROM cassette_seals WHERE key_id = ? AND origin = ? AND tree_size <= ?"
+        "SELECT CAST(note AS BLOB) FROM cassette_seals"  # (bytes: any text, even not UTF-8)
+        " WHERE key_id = ? AND origin = ? AND tree_size <= ?"
         " ORDER BY tree_size DESC, seal_id DESC",
         (ed25519_key_id(origin, public).hex(), origin, size),
     )
     for (note,) in rows:
+        if not isinstance(note, bytes):
+            continue
         try:
-            signed = Checkpoint.from_text(open_note(str(note).encode("utf-8"), origin, public))
+            signed = Checkpoint.from_text(open_note(bytes(note), origin, public))
         except NoteError:
             continue  # not this key's signature: no checkpoint
         if signed.origin != origin or not 0 < signed.size <= size:

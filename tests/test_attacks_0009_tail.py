@@ -41,7 +41,7 @@ from catalytic_cassette.seals import Seal, default_origin, record_seal, write_se
 from catalytic_cassette.tree import GROW_BLOCK, StoredTree
 from catalytic_cassette.verify import verify_path
 
-from .conftest import dump, file_digest, unguarded
+from .conftest import dump, file_digest, seal_as_before_the_check, unguarded
 from .tree_helpers import SEAL_INSERT
 from .tree_helpers import entries as _entries
 from .tree_helpers import grow as _grow
@@ -448,6 +448,8 @@ def test_an_honest_ledger_seals_as_before_each_seal_checking_from_the_last(
         (4500, None, KEY, 4096),  # the seal at 4200 is a checkpoint
         (4500, 4300, KEY, 4096),  # a smaller size: the newest checkpoint at or below it
         (4500, 4000, KEY, 0),
+        (4500, 4096, KEY, 0),  # from the seal at 4000
+        (4500, 4096, KEY, 4096),  # its own size: nothing left to walk
         (9000, None, other, 0),  # another key has no checkpoint of its own
         (9000, None, KEY, 4096),  # the seal at 4501 (entry 4500 is the seal's own)
     ]
@@ -465,7 +467,8 @@ def test_an_honest_ledger_seals_as_before_each_seal_checking_from_the_last(
 def _planted_seal(path: Path, clock: ManualClock, how: str) -> None:
     """Attacker (b), after forging a block, inserts a seal row of the head (the guard
     folds the forged stored nodes, so it is accepted) that claims to be the honest key's:
-    its key_id column, or even its signature line's key id; or an honest note replayed."""
+    its key_id column, or even its signature line's key id; or an honest note replayed;
+    or, by a byte edit, a note that is not even UTF-8."""
     attacker = _look_alike(path, clock)
     origin = default_origin(attacker)
     size = _entries(attacker)
@@ -477,6 +480,8 @@ def _planted_seal(path: Path, clock: ManualClock, how: str) -> None:
     elif how == "signature-line":
         line = "\u2014 " + origin + " " + base64.b64encode(ours + bytes(64)).decode() + "\n"
         note = text + b"\n" + line.encode()
+    elif how == "not-utf-8":  # (c): a note that Python cannot decode as text, by byte edit
+        note = text + b"\n\xff\xfe " + base64.b64encode(ours + bytes(64)) + b"\n"
     else:  # "replay": the honest seal's note of an earlier size, in a row of that size
         row = attacker.execute(
             "SELECT tree_size, root_hex, note FROM cassette_seals ORDER BY seal_id LIMIT 1"
@@ -484,13 +489,20 @@ def _planted_seal(path: Path, clock: ManualClock, how: str) -> None:
         size, root, note = int(row[0]), bytes.fromhex(row[1]), row[2].encode()
     seal_id = attacker.execute("SELECT max(seal_id) + 1 FROM cassette_seals").fetchone()[0]
     ms = attacker.execute("SELECT ms FROM cassette_ledger_time").fetchone()[0]
-    attacker.execute(
-        SEAL_INSERT, (seal_id, size, root.hex(), origin, ours.hex(), note.decode(), ms)
+    row = (seal_id, size, root.hex(), origin, ours.hex(), note, ms)
+    insert = SEAL_INSERT.replace(
+        "VALUES (?, ?, ?, ?, ?, ?, ?)", "VALUES (?, ?, ?, ?, ?, CAST(? AS TEXT), ?)"
     )
+    if how == "not-utf-8":  # the journal's leaf function could not read it: triggers dropped
+        attacker.close()
+        with unguarded(path) as raw:
+            raw.execute(insert, row)
+        return
+    attacker.execute(insert, row)
     attacker.close()
 
 
-@pytest.mark.parametrize("how", ["key-id-column", "signature-line", "replay"])
+@pytest.mark.parametrize("how", ["key-id-column", "signature-line", "not-utf-8", "replay"])
 def test_b_a_seal_row_planted_by_the_attacker_is_no_checkpoint(
     ledger: tuple[Path, ManualClock], how: str
 ) -> None:
@@ -721,6 +733,7 @@ def test_c_a_v8_ledger_sealed_inside_its_last_block_keeps_its_seals_and_complete
     sizes: list[int] = []
     with monkeypatch.context() as patched:
         patched.setattr(sqlfiles, "migrations", lambda: old)
+        seal_as_before_the_check(patched)
         with MessageCassette(path, clock=clock, durability="normal") as cassette:
             _grow(path, clock, GROW_BLOCK + 1)
             for size in (GROW_BLOCK + 1, None):
