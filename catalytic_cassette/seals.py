@@ -101,7 +101,7 @@ def record_seal(
             raise CassetteError(
                 ErrorCode.INVALID_SEAL, f"cannot seal {size} entries of a ledger of {have}"
             )
-        root = tree.StoredTree(conn).root(size)
+        root = _checked_root(conn, private_key, chosen, size)
         note = sign_note(Checkpoint(chosen, size, root).to_text(), chosen, private_key)
         key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
         now_ms = max(now_ms, ledger_time(conn))
@@ -117,6 +117,96 @@ def record_seal(
         if before_commit is not None:
             before_commit(sealed)
     return sealed
+
+
+RESTORE_ADVICE = (
+    "nothing was signed. Stored tree nodes are append-only, so no package call can repair"
+    " them: restore the ledger from a backup that verifies (cassette restore), then"
+    " re-apply what was written after that backup; `cassette verify` names every broken entry"
+    " and node"
+)
+
+
+def _checked_root(
+    conn: sqlite3.Connection, private_key: Ed25519PrivateKey, origin: str, size: int
+) -> bytes:
+    """The stored tree's root of the first ``size`` entries, once what it reads is checked
+    against the journal's bodies (LAW.md section 12 (b)); TREE_BROKEN otherwise.
+
+    The stored nodes up to the newest checkpoint of at most ``size`` entries are taken as
+    checked: a seal of this ledger that this key signed for this origin, whose root the
+    stored tree still gives (a seal row alone is no checkpoint: anyone whose functions
+    satisfy the seal guard can insert one, but only the key's holder can sign it, and the
+    package signs only what it checked). From that checkpoint's last ``TreeWalk.BLOCK``
+    boundary on, every entry up to ``size`` and every stored node of the complete blocks
+    there are recomputed from the bodies by verify's own walk: ``O(size - checkpoint +
+    4096)`` hashes, or the whole journal when there is no checkpoint."""
+    from .verify.chain import TreeWalk, check_tree_from
+
+    stored = tree.StoredTree(conn)
+    checked = _checkpoint(conn, stored, private_key, origin, size)
+    start = checked - checked % TreeWalk.BLOCK
+    edge = [
+        (level, stored.subtree(level, (start >> (level + 1)) << 1))
+        for level in range(start.bit_length() - 1, -1, -1)
+        if start >> level & 1
+    ]
+    found, recomputed = check_tree_from(conn, start, size, edge)
+    root = stored.root(size)
+    findings = found.report.findings
+    # (size == start only when the checkpoint is this very size: its root was just checked)
+    if findings or (size > start and recomputed != root):
+        first = findings[0].detail if findings else "the stored root is not the bodies' root"
+        raise CassetteError(
+            ErrorCode.TREE_BROKEN,
+            f"the stored tree is not the hash of the journal's entries ({first}): "
+            + RESTORE_ADVICE,
+            size=size,
+            checked_from=start,
+            findings=[f.to_dict() for f in findings[:10]],  # verify names them all
+        )
+    return root
+
+
+def _checkpoint(
+    conn: sqlite3.Connection,
+    stored: tree.StoredTree,
+    private_key: Ed25519PrivateKey,
+    origin: str,
+    size: int,
+) -> int:
+    """The size of the largest checkpoint of at most ``size`` entries (see
+    ``_checked_root``), 0 if none. A seal row whose note this key did not sign is passed
+    over whatever its columns say; a signed root that the stored tree no longer gives is
+    TREE_BROKEN (the tree changed under a seal this key signed)."""
+    from .note import Checkpoint, NoteError, ed25519_key_id, open_note
+
+    public = private_key.public_key()
+    rows = conn.execute(
+        "SELECT CAST(note AS BLOB) FROM cassette_seals"  # (bytes: any text, even not UTF-8)
+        " WHERE key_id = ? AND origin = ? AND tree_size <= ?"
+        " ORDER BY tree_size DESC, seal_id DESC",
+        (ed25519_key_id(origin, public).hex(), origin, size),
+    )
+    for (note,) in rows:
+        if not isinstance(note, bytes):
+            continue
+        try:
+            signed = Checkpoint.from_text(open_note(bytes(note), origin, public))
+        except NoteError:
+            continue  # not this key's signature: no checkpoint
+        if signed.origin != origin or not 0 < signed.size <= size:
+            continue
+        if stored.root(signed.size) != signed.root:
+            raise CassetteError(
+                ErrorCode.TREE_BROKEN,
+                f"the stored tree no longer gives the root this key signed at size"
+                f" {signed.size}: " + RESTORE_ADVICE,
+                size=size,
+                sealed_size=signed.size,
+            )
+        return signed.size
+    return 0
 
 
 def require_ledger(path: str | os.PathLike[str]) -> None:

@@ -316,6 +316,59 @@ def live_workloads(path: Path, root: str) -> None:
     )
 
 
+def seal_costs(path: Path, scratch: Path, reps: int) -> None:
+    """record_seal on a copy of the ledger (the kept one stays as built), each repetition
+    with a new key, so that it has no checkpoint of its own (LAW.md section 12 (b)): a
+    first seal, which checks the whole journal from the bodies; then a seal of the head
+    ``gap`` entries after it (the checkpoint: as --seal-every seals); then one right after
+    that. Beside each, the same seal with the check replaced by the stored root only (what
+    a seal cost before the check)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from catalytic_cassette import seals, tree
+    from catalytic_cassette.connection import connect
+
+    copy = scratch / f"seal-{path.name}"
+    source = sqlite3.connect(path)
+    target = sqlite3.connect(copy)
+    source.backup(target)
+    source.close()
+    target.close()
+    checked = seals._checked_root
+
+    def unchecked(conn: sqlite3.Connection, key: object, origin: str, size: int) -> bytes:
+        return tree.StoredTree(conn).root(size)
+
+    import catalytic_cassette.verify.chain  # noqa: F401  (imports are not the seal's cost)
+
+    samples: dict[str, list[float]] = {}
+    conn = connect(str(copy), durability="normal")
+    try:
+        head = tree.size(conn)
+        gap = min(10_000, head // 2)
+        for _ in range(reps):
+            for label, check in (("checked", checked), ("unchecked", unchecked)):
+                seals._checked_root = check  # type: ignore[assignment]
+                key = Ed25519PrivateKey.generate()
+                for step, size in (
+                    ("first seal (no checkpoint)", tree.size(conn) - gap),
+                    (f"seal of the head {gap:,} entries after it", None),
+                    ("seal of the head right after that", None),
+                ):
+                    start = time.perf_counter()
+                    seals.record_seal(conn, key, now_ms=0, origin=None, size=size)
+                    samples.setdefault(f"{step}, {label}", []).append(time.perf_counter() - start)
+    finally:
+        seals._checked_root = checked  # type: ignore[assignment]
+        conn.close()
+        for part in scratch.glob(f"{copy.name}*"):
+            part.unlink()
+    print(f"record_seal on {head:,} journal entries (median of {reps}, min-max, ms):")
+    for name, values in samples.items():
+        ms = sorted(v * 1000 for v in values)
+        print(f"  {name}: {statistics.median(ms):,.1f} ({ms[0]:,.1f}-{ms[-1]:,.1f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--durability", choices=["normal", "full", "both"], default="both")
@@ -333,6 +386,12 @@ def main() -> None:
         action="store_true",
         help="only build (or reuse) the ledgers and measure metrics and tail",
     )
+    parser.add_argument(
+        "--seals-only",
+        action="store_true",
+        help="only build (or reuse) the ledgers and measure record_seal",
+    )
+    parser.add_argument("--seal-reps", type=int, default=3)
     parser.add_argument(
         "--keep",
         default=None,
@@ -364,7 +423,7 @@ def main() -> None:
             print(f"  {line}")
         kept = Path(args.keep) if args.keep else scratch
         kept.mkdir(parents=True, exist_ok=True)
-        if args.live_only:
+        if args.live_only or args.seals_only:
             durabilities = []
         for durability in durabilities:
             print(f"\n== durability {durability} (synchronous={durability.upper()})")
@@ -388,7 +447,7 @@ def main() -> None:
                 print(f"append batches of {args.batch}, {name:5s}: {median_range(samples)}")
             print_ratios(results)
 
-        if not args.live_only:
+        if not (args.live_only or args.seals_only):
             print("\n== cause chains (durability normal)")
             for depth, seconds in deep_chain(scratch / "deep.db", args.chain_depth):
                 print(
@@ -409,6 +468,9 @@ def main() -> None:
                 print(
                     f"built {size:,} actions at {rate:,.0f}/s; {on_disk / size:,.0f} bytes/action"
                 )
+            seal_costs(path, scratch, 1 if args.quick else args.seal_reps)
+            if args.seals_only:
+                continue
             live_workloads(path, root)
             if args.live_only:
                 continue

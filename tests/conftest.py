@@ -50,6 +50,18 @@ def raw(db_path: Path, cassette: MessageCassette) -> Iterator[sqlite3.Connection
     conn.close()
 
 
+def seal_as_before_the_check(patched: pytest.MonkeyPatch) -> None:
+    """Within ``patched``, record_seal signs the stored tree unchecked, as every release
+    before the seal check did: for a ledger built at an older schema (before 0009 every
+    node up to the head was stored, which today's rule, and so the check, refuses)."""
+    from catalytic_cassette import seals
+
+    def unchecked(conn: sqlite3.Connection, key: object, origin: str, size: int) -> bytes:
+        return tree.StoredTree(conn).root(size)
+
+    patched.setattr(seals, "_checked_root", unchecked)
+
+
 def dump(path: Path) -> list[str]:
     """Every schema object and row of the ledger, as SQL text."""
     conn = sqlite3.connect(path)

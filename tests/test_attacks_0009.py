@@ -50,7 +50,7 @@ from catalytic_cassette.seals import default_origin, record_seal, write_seal_fil
 from catalytic_cassette.tree import GROW_BLOCK, StoredTree
 from catalytic_cassette.verify import verify_path
 
-from .conftest import action_dict, dump, file_digest, unguarded
+from .conftest import action_dict, dump, file_digest, seal_as_before_the_check, unguarded
 from .tree_helpers import SEAL_INSERT
 from .tree_helpers import entries as _entries
 from .tree_helpers import grow as _grow
@@ -736,6 +736,7 @@ def _v8_ledger(
     clock = ManualClock()
     with monkeypatch.context() as patched:
         patched.setattr(sqlfiles, "migrations", lambda: old)
+        seal_as_before_the_check(patched)
         with MessageCassette(path, clock=clock, durability="normal") as cassette:
             for step in plan:
                 if isinstance(step, tuple):

@@ -6,15 +6,18 @@ Attackers as in LAW.md section 12: (a) a raw sqlite3 client, (b) a client with l
 functions (or the package with PRAGMAs changed), (c) someone who edits the file's bytes.
 The attacks of tests/test_attacks_0009.py and tests/test_tree_blocks.py are not repeated.
 
-One attack works (xfail strict, with its fix): a forged node under a complete block, by a
-look-alike ``cassette_node_hash`` on the connection that ends the block or by a byte edit,
-is folded by every later honest seal, which then signs a root that is not the leaves' root
-(verify reports ``tree_node``, but the signed seal is already handed out). Everything else
-is refused or detected, and the ledger still works.
+One attack worked (a strict xfail until record_seal checked before signing): a forged node
+under a complete block, by a look-alike ``cassette_node_hash`` on the connection that ends
+the block or by a byte edit, was folded by every later honest seal, which then signed a
+root that is not the leaves' root. Now the honest sealer recomputes from the bodies what
+the root reads since its key's last signed seal and refuses (TREE_BROKEN); seal rows
+planted in its key's name do not move where it starts. Everything else is refused or
+detected, and the ledger still works.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import shutil
 import sqlite3
@@ -30,14 +33,15 @@ from hypothesis import strategies as st
 
 from catalytic_cassette import ManualClock, MessageCassette, merkle, sqlfiles, tree
 from catalytic_cassette.anchor import load_anchors
+from catalytic_cassette.errors import CassetteError, ErrorCode
 from catalytic_cassette.hashing import node_hash
 from catalytic_cassette.merkle import MemoryTree
 from catalytic_cassette.note import Checkpoint, ed25519_key_id, sign_note
-from catalytic_cassette.seals import default_origin, record_seal, write_seal_file
+from catalytic_cassette.seals import Seal, default_origin, record_seal, write_seal_file
 from catalytic_cassette.tree import GROW_BLOCK, StoredTree
 from catalytic_cassette.verify import verify_path
 
-from .conftest import dump, file_digest, unguarded
+from .conftest import dump, file_digest, seal_as_before_the_check, unguarded
 from .tree_helpers import SEAL_INSERT
 from .tree_helpers import entries as _entries
 from .tree_helpers import grow as _grow
@@ -338,7 +342,7 @@ def _by_rule_file(path: Path) -> list[tuple[int, int, bytes]]:
         conn.close()
 
 
-# ========= (b) and (c): a forged node under a complete block poisons every honest seal
+# ========= (b) and (c): a forged node under a complete block: honest seals refuse it
 
 
 def _forged_block_end(path: Path, clock: ManualClock) -> None:
@@ -375,37 +379,190 @@ def test_a_forged_complete_block_is_reported_by_verify(
     assert "tree_node" in _kinds(path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "WORKS: a node of a complete block forged by the look-alike cassette_node_hash of"
-        " the connection that ends the block (its guard uses the same function), or by a"
-        " byte edit, is folded by every later honest seal: StoredTree and the seal guard"
-        " both read the stored level-8 node, so record_seal signs a root that is not the"
-        " leaves' root, for good (nodes are append-only). verify reports tree_node, but the"
-        " signed seal is already out, and verify --against it says forked. Fix: record_seal"
-        " recomputes from the journal (bodies -> leaves -> nodes) every complete block"
-        " sealed for the first time (since the ledger's newest seal that it checked so),"
-        " O(entries since the last seal), and refuses TREE_BROKEN rather than sign; plus a"
-        " package-only repair that re-derives a complete block's nodes from its leaves."
-    ),
-)
 @pytest.mark.parametrize(
     "plant", [_forged_block_end, _edited_block_root], ids=["b-node-hash", "c-bytes"]
 )
 def test_an_honest_seal_never_signs_a_root_that_is_not_the_leaves(
     ledger: tuple[Path, ManualClock], plant: Callable[[Path, ManualClock], None]
 ) -> None:
+    """record_seal recomputes the blocks it reads from the bodies before it signs: the
+    forged block is refused (TREE_BROKEN, with what to do), nothing is signed or written,
+    no transaction is left open, and every later try is refused the same way."""
     path, clock = ledger
     plant(path, clock)
     _grow(path, clock, GROW_BLOCK + 40)
+    before = (dump(path), file_digest(path))
     with MessageCassette(path, clock=clock, durability="normal") as honest:
         conn = honest.conn
-        try:
-            seal = record_seal(conn, KEY, now_ms=0, origin=None)
-        except Exception:  # refusing to sign is fine
-            return
-        assert seal.root == _bodies_root(conn, seal.tree_size)
+        for size in (None, GROW_BLOCK, GROW_BLOCK + 40):
+            with pytest.raises(CassetteError) as refused:
+                record_seal(conn, KEY, now_ms=0, origin=None, size=size)
+            assert refused.value.code is ErrorCode.TREE_BROKEN
+            assert "restore the ledger from a backup" in refused.value.message
+            assert not conn.in_transaction
+        assert conn.execute("SELECT count(*) FROM cassette_seals").fetchone()[0] == 0
+    assert (dump(path), file_digest(path)) == before
+    assert "tree_node" in _kinds(path)
+
+
+def test_a_refused_seal_leaves_the_file_byte_for_byte_unchanged(
+    ledger: tuple[Path, ManualClock],
+) -> None:
+    path, clock = ledger
+    _forged_block_end(path, clock)
+    _grow(path, clock, 3 * GROW_BLOCK + 7)
+    before = (dump(path), file_digest(path))
+    written: list[Seal] = []
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        with pytest.raises(CassetteError) as refused:
+            record_seal(honest.conn, KEY, now_ms=0, origin=None, before_commit=written.append)
+        assert refused.value.code is ErrorCode.TREE_BROKEN
+        assert refused.value.detail["findings"], refused.value.detail
+        assert not honest.conn.in_transaction
+        assert file_digest(path) == before[1]
+    assert not written  # the seal file is never written
+    assert (dump(path), file_digest(path)) == before
+
+
+def test_an_honest_ledger_seals_as_before_each_seal_checking_from_the_last(
+    ledger: tuple[Path, ManualClock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seals at sizes in and around blocks and walk blocks (4096), of the head and of
+    less: each signs the bodies' root, and each checks from its key's newest signed
+    seal at or below its size, at that seal's walk block; verify agrees."""
+    from catalytic_cassette.verify import chain
+
+    path, clock = ledger
+    starts: list[int] = []
+    real = chain.check_tree_from
+
+    def spy(conn: sqlite3.Connection, start: int, size: int, edge: Any) -> Any:
+        starts.append(start)
+        return real(conn, start, size, edge)
+
+    monkeypatch.setattr(chain, "check_tree_from", spy)
+    other = Ed25519PrivateKey.from_private_bytes(bytes(range(1, 33)))
+    plan = [  # (grow to, size to seal or None for the head, key, walk expected from)
+        (300, None, KEY, 0),
+        (4500, 4200, KEY, 0),  # the checkpoint at 300 lies in walk block 0
+        (4500, None, KEY, 4096),  # the seal at 4200 is a checkpoint
+        (4500, 4300, KEY, 4096),  # a smaller size: the newest checkpoint at or below it
+        (4500, 4000, KEY, 0),
+        (4500, 4096, KEY, 0),  # from the seal at 4000
+        (4500, 4096, KEY, 4096),  # its own size: nothing left to walk
+        (9000, None, other, 0),  # another key has no checkpoint of its own
+        (9000, None, KEY, 4096),  # the seal at 4501 (entry 4500 is the seal's own)
+    ]
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        conn = cassette.conn
+        for head, size, key, expected in plan:
+            if _entries(conn) < head:
+                _grow(path, clock, head)
+            seal = record_seal(conn, key, now_ms=0, origin=None, size=size)
+            assert seal.root == _bodies_root(conn, seal.tree_size), (head, size)
+            assert starts[-1] == expected, (head, size, starts)
+    assert verify_path(str(path)).ok
+
+
+def _planted_seal(path: Path, clock: ManualClock, how: str) -> None:
+    """Attacker (b), after forging a block, inserts a seal row of the head (the guard
+    folds the forged stored nodes, so it is accepted) that claims to be the honest key's:
+    its key_id column, or even its signature line's key id; or an honest note replayed;
+    or, by a byte edit, a note that is not even UTF-8."""
+    attacker = _look_alike(path, clock)
+    origin = default_origin(attacker)
+    size = _entries(attacker)
+    root = StoredTree(attacker).root(size)  # the forged root, as the guard computes it
+    text = Checkpoint(origin, size, root).to_text()
+    ours = ed25519_key_id(origin, KEY.public_key())
+    if how == "key-id-column":
+        note = sign_note(text, origin, Ed25519PrivateKey.from_private_bytes(bytes(32)))
+    elif how == "signature-line":
+        line = "\u2014 " + origin + " " + base64.b64encode(ours + bytes(64)).decode() + "\n"
+        note = text + b"\n" + line.encode()
+    elif how == "not-utf-8":  # (c): a note that Python cannot decode as text, by byte edit
+        note = text + b"\n\xff\xfe " + base64.b64encode(ours + bytes(64)) + b"\n"
+    else:  # "replay": the honest seal's note of an earlier size, in a row of that size
+        row = attacker.execute(
+            "SELECT tree_size, root_hex, note FROM cassette_seals ORDER BY seal_id LIMIT 1"
+        ).fetchone()
+        size, root, note = int(row[0]), bytes.fromhex(row[1]), row[2].encode()
+    seal_id = attacker.execute("SELECT max(seal_id) + 1 FROM cassette_seals").fetchone()[0]
+    ms = attacker.execute("SELECT ms FROM cassette_ledger_time").fetchone()[0]
+    row = (seal_id, size, root.hex(), origin, ours.hex(), note, ms)
+    insert = SEAL_INSERT.replace(
+        "VALUES (?, ?, ?, ?, ?, ?, ?)", "VALUES (?, ?, ?, ?, ?, CAST(? AS TEXT), ?)"
+    )
+    if how == "not-utf-8":  # the journal's leaf function could not read it: triggers dropped
+        attacker.close()
+        with unguarded(path) as raw:
+            raw.execute(insert, row)
+        return
+    attacker.execute(insert, row)
+    attacker.close()
+
+
+@pytest.mark.parametrize("how", ["key-id-column", "signature-line", "not-utf-8", "replay"])
+def test_b_a_seal_row_planted_by_the_attacker_is_no_checkpoint(
+    ledger: tuple[Path, ManualClock], how: str
+) -> None:
+    """An honest seal at 4100 (walk block 4096), a block forged by the look-alike that
+    ends it (entries 4352-4607), then a seal row of the head (past 8192) in the honest
+    key's name: were that row a checkpoint, the next seal would walk from 8192 and fold
+    the forged block unseen through the level-13 node. It walks from 4096, meets the
+    forged block and refuses; the honest seal's own size still seals."""
+    path, clock = ledger
+    _grow(path, clock, 4100)
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        first = record_seal(honest.conn, KEY, now_ms=0, origin=None)
+    _grow(path, clock, 18 * GROW_BLOCK - 1)
+    attacker = _look_alike(path, clock)
+    attacker.create_function(
+        "cassette_node_hash", 2, lambda left, right: hashlib.sha256(b"\xee" + left + right).digest()
+    )
+    _post_raw(attacker, clock)  # ends block 17 with forged nodes
+    attacker.close()
+    _grow(path, clock, 8192 + 9)
+    _planted_seal(path, clock, how)
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        conn = honest.conn
+        assert conn.execute("SELECT count(*) FROM cassette_seals").fetchone()[0] == 2
+        with pytest.raises(CassetteError) as refused:
+            record_seal(conn, KEY, now_ms=0, origin=None)
+        assert refused.value.code is ErrorCode.TREE_BROKEN
+        assert refused.value.detail["checked_from"] == 4096
+        named = refused.value.detail["findings"]
+        assert named and all(f["kind"] == "tree_node" for f in named)
+        assert all(17 * GROW_BLOCK <= f["seq"] < 18 * GROW_BLOCK for f in named)
+        assert not conn.in_transaction
+        again = record_seal(conn, KEY, now_ms=0, origin=None, size=first.tree_size)
+        assert again.root == first.root
+
+
+def test_c_a_node_edited_under_a_signed_seal_refuses_the_next_seal(
+    ledger: tuple[Path, ManualClock],
+) -> None:
+    """A block's root edited after the key sealed past it: the stored tree no longer
+    gives the signed root, so the checkpoint itself refuses (nothing after it is
+    trusted), with what to do."""
+    path, clock = ledger
+    _grow(path, clock, GROW_BLOCK + 5)
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        record_seal(honest.conn, KEY, now_ms=0, origin=None)
+    with unguarded(path) as raw:
+        raw.execute(
+            "UPDATE cassette_tree_nodes SET hash = ? WHERE leaf_end = 255 AND level = 8",
+            (b"\x55" * 32,),
+        )
+    before = file_digest(path)
+    with MessageCassette(path, clock=clock, durability="normal") as honest:
+        with pytest.raises(CassetteError) as refused:
+            record_seal(honest.conn, KEY, now_ms=0, origin=None)
+        assert refused.value.code is ErrorCode.TREE_BROKEN
+        assert "no longer gives the root this key signed" in refused.value.message
+        assert "restore the ledger from a backup" in refused.value.message
+        assert not honest.conn.in_transaction
+    assert file_digest(path) == before
 
 
 # ===================================== (a) hostile statistics: no scan in the guard
@@ -576,6 +733,7 @@ def test_c_a_v8_ledger_sealed_inside_its_last_block_keeps_its_seals_and_complete
     sizes: list[int] = []
     with monkeypatch.context() as patched:
         patched.setattr(sqlfiles, "migrations", lambda: old)
+        seal_as_before_the_check(patched)
         with MessageCassette(path, clock=clock, durability="normal") as cassette:
             _grow(path, clock, GROW_BLOCK + 1)
             for size in (GROW_BLOCK + 1, None):

@@ -11,7 +11,7 @@ import pytest
 from catalytic_cassette import CassetteError, ErrorCode, MessageCassette, connect, sqlfiles
 from catalytic_cassette.migrate import APPLICATION_ID, current_version, full_schema_sql
 
-from .conftest import dump, file_digest, record_future_migration
+from .conftest import dump, file_digest, record_future_migration, seal_as_before_the_check
 
 
 def _normalise(sql: str) -> str:
@@ -206,6 +206,7 @@ def test_a_version_7_ledger_keeps_its_journal_and_seals_through_migration_8(
     seven = sqlfiles.migrations()[:7]
     with monkeypatch.context() as patched:
         patched.setattr(sqlfiles, "migrations", lambda: seven)
+        seal_as_before_the_check(patched)
         clock = ManualClock()
         with MessageCassette(db_path, clock=clock) as cassette:
             cassette.post_message({"n": 1}, "r", "USER")

@@ -35,6 +35,9 @@ def test_bench_chain_quick_run_reports_every_workload() -> None:
         "metrics --by capability",
         "follow() from seq 0: 2,000 entries",
         "cassette tail (JSON lines to /dev/null): 2,000 entries",
+        "record_seal on 2,000 journal entries",
+        "first seal (no checkpoint), checked",
+        "seal of the head 1,000 entries after it, unchecked",
     ):
         assert expected in out, out
 

@@ -25,7 +25,7 @@ from catalytic_cassette.seals import default_origin, record_seal, write_seal_fil
 from catalytic_cassette.tree import GROW_BLOCK, StoredTree
 from catalytic_cassette.verify import verify_path
 
-from .conftest import action_dict, dump, file_digest, unguarded
+from .conftest import action_dict, dump, file_digest, seal_as_before_the_check, unguarded
 
 KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(40, 72)))
 
@@ -227,6 +227,7 @@ def test_a_version_8_ledger_keeps_its_seals_and_stores_by_the_rule_after_migrati
     eight = sqlfiles.migrations()[:8]
     with monkeypatch.context() as patched:
         patched.setattr(sqlfiles, "migrations", lambda: eight)
+        seal_as_before_the_check(patched)
         clock = ManualClock()
         with MessageCassette(db_path, clock=clock) as cassette:
             _grow_to(cassette, GROW_BLOCK + 30)

@@ -10,12 +10,13 @@ import bisect
 import collections
 import hashlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..hashing import SEQ_U64, ZERO_HASH
 from ..merkle import EMPTY_ROOT
-from ..tree import tail_start
+from ..tree import GROW_BLOCK, tail_start
+from ..tree import size as tree_size
 from .findings import Collector, Finding, FindingKind
 from .options import Progress
 
@@ -142,6 +143,31 @@ def _walk_chain(
     return expected_seq
 
 
+def check_tree_from(
+    conn: sqlite3.Connection, start: int, size: int, edge: Sequence[tuple[int, bytes]]
+) -> tuple[Collector, bytes | None]:
+    """Check, from the bodies, what the root of the first ``size`` entries reads beyond the
+    first ``start`` (a multiple of ``TreeWalk.BLOCK``, with ``edge`` the right edge of the
+    tree of those, as ``TreeWalk`` takes it): every journal entry from ``start`` on (leaf
+    and link hashes) up to the end of the block holding entry ``size - 1`` if that block is
+    complete, else up to ``size``, and every stored node ending in that range.
+
+    Returns the findings and the root of the first ``size`` entries recomputed from the
+    bodies (None if ``size == start``: nothing walked). For ``record_seal``, inside its
+    write transaction."""
+    head = tree_size(conn)
+    if not 0 <= start <= size <= head:
+        raise ValueError(f"cannot check from {start} to {size} in a journal of {head}")
+    end = min(size + (-size) % GROW_BLOCK, head)
+    out = Collector()
+    walk = TreeWalk(conn, out, {size}, stored_nodes=True, start=start, edge=edge, nodes_before=end)
+    reached = check_chain(conn, out, None, walk, start=start, stop=end)
+    if reached != end:
+        out.add(Finding(FindingKind.JOURNAL_GAP, f"expected seq {reached}, found none", reached))
+    walk.finish()
+    return out, walk.roots.get(size)
+
+
 def body_identity(body: Any) -> tuple[str | None, Any]:
     """(table, key) named by a journal body, or (None, None) if it is not even JSON."""
     from ..payloads import loads
@@ -178,17 +204,28 @@ class TreeWalk:
         wanted: set[int],
         *,
         stored_nodes: bool,
+        start: int = 0,
+        edge: Sequence[tuple[int, bytes]] = (),
+        nodes_before: int | None = None,
     ) -> None:
+        """With ``start`` (a multiple of ``BLOCK``), the walk begins at that leaf: ``edge``
+        is the right edge of the tree of the ``start`` leaves before it, as (level, hash),
+        largest first, and only stored nodes ending at or after ``start`` (and before
+        ``nodes_before``, if given) are compared. The whole tree otherwise."""
+        if start % self.BLOCK or start < 0:
+            raise ValueError(f"a walk starts at a multiple of {self.BLOCK}, not {start}")
         self.out = out
         self.wanted = sorted(wanted)
         self.roots: dict[int, bytes] = {0: EMPTY_ROOT} if 0 in wanted else {}
         self._leaves: list[bytes] = []  # of the block being filled
-        self._base = 0  # leaves in the blocks before it
-        self._edge: list[tuple[int, bytes]] = []  # (level, hash) of those blocks' right edge
+        self._base = start  # leaves in the blocks before it
+        self._edge: list[tuple[int, bytes]] = list(edge)  # (level, hash): those blocks' edge
+        bound = " WHERE leaf_end >= ?" + ("" if nodes_before is None else " AND leaf_end < ?")
         self._stored = (
             conn.execute(
                 "SELECT leaf_end, level, hash FROM cassette_tree_nodes NOT INDEXED"
-                " ORDER BY leaf_end, level"
+                f"{bound} ORDER BY leaf_end, level",
+                (start,) if nodes_before is None else (start, nodes_before),
             )
             if stored_nodes
             else None
