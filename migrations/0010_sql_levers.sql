@@ -140,9 +140,12 @@ END;
 -- ------------------------------------------------------ the plan lifecycle, gated
 -- The lifecycle guard of 0003 is the largest program on an action's insert and does
 -- nothing for the common action (its WHEN: a Plan* type or a checkpoint reference). It
--- moves, with its text, onto the view cassette_actions_lifecycle (stores nothing); a
--- small BEFORE trigger with the same WHEN (cassette_actions_lifecycle_gate, created with
--- the table below, in the guard's place) inserts the four columns it reads.
+-- moves onto the view cassette_actions_lifecycle (stores nothing); a small BEFORE trigger
+-- with the same WHEN (cassette_actions_lifecycle_gate, created with the table below, in
+-- the guard's place) inserts the four columns it reads. Its text is 0003's but for its
+-- lookups of a plan's lifecycle actions: they repeat the WHERE clause of the partial index
+-- cassette_actions_plan_lifecycle, which is comparisons now (below), as a query must to
+-- use a partial index.
 
 CREATE VIEW cassette_actions_lifecycle (plan_id, action_type, parent_action_id, metadata_json)
 AS SELECT NULL, NULL, NULL, NULL WHERE 0;
@@ -160,28 +163,32 @@ BEGIN
     WHERE NEW.action_type = 'PlanStarted'
       AND EXISTS (SELECT 1 FROM cassette_actions
                   WHERE plan_id = NEW.plan_id
-                    AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed',
-                                        'PlanCompleted', 'PlanAborted'));
+                    AND (action_type = 'PlanStarted' OR action_type = 'PlanPaused'
+                         OR action_type = 'PlanResumed' OR action_type = 'PlanCompleted'
+                         OR action_type = 'PlanAborted'));
     SELECT RAISE(ABORT, 'PLAN_NOT_STARTED: the first lifecycle action of a plan is PlanStarted')
     WHERE NEW.action_type GLOB 'Plan*' AND NEW.action_type IS NOT 'PlanStarted'
       AND NOT EXISTS (SELECT 1 FROM cassette_actions
                       WHERE plan_id = NEW.plan_id
-                        AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed',
-                                            'PlanCompleted', 'PlanAborted'));
+                        AND (action_type = 'PlanStarted' OR action_type = 'PlanPaused'
+                             OR action_type = 'PlanResumed' OR action_type = 'PlanCompleted'
+                             OR action_type = 'PlanAborted'));
     SELECT RAISE(ABORT, 'PLAN_NOT_PAUSED: PlanResumed only while the plan is paused')
     WHERE NEW.action_type = 'PlanResumed'
       AND (SELECT action_type FROM cassette_actions
            WHERE plan_id = NEW.plan_id
-             AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted',
-                                 'PlanAborted')
+             AND (action_type = 'PlanStarted' OR action_type = 'PlanPaused'
+                  OR action_type = 'PlanResumed' OR action_type = 'PlanCompleted'
+                  OR action_type = 'PlanAborted')
            ORDER BY action_seq DESC LIMIT 1) IS NOT 'PlanPaused';
     SELECT RAISE(ABORT, 'PLAN_NOT_RUNNING: the plan is paused')
     WHERE NEW.action_type IN ('PlanPaused', 'PlanCompleted', 'PlanStepStarted',
                               'PlanStepCompleted', 'PlanStepFailed', 'PlanStepRetrying')
       AND (SELECT action_type FROM cassette_actions
            WHERE plan_id = NEW.plan_id
-             AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted',
-                                 'PlanAborted')
+             AND (action_type = 'PlanStarted' OR action_type = 'PlanPaused'
+                  OR action_type = 'PlanResumed' OR action_type = 'PlanCompleted'
+                  OR action_type = 'PlanAborted')
            ORDER BY action_seq DESC LIMIT 1) = 'PlanPaused';
     -- A step event names its PlanStepStarted action as its parent.
     SELECT RAISE(ABORT, 'STEP_NOT_STARTED: a step event''s parent is the PlanStepStarted of its step in this plan')
@@ -518,9 +525,12 @@ PRAGMA legacy_alter_table = OFF;
 -- ------------------------------------------------------------- actions, rebuilt
 -- The same reason for actions: a CHECK of 12 action types and one of 5 categories are
 -- comparisons now, and the table is rebuilt like steps and receipts above: every index and
--- trigger created again with its text, in its order. The trigger text differs from what
--- 0002-0009 left in two places only: the six checks moved above are not on the table any
--- more, and the two gates stand where the checks they gate stood.
+-- trigger created again with its text, in its order. So is the WHERE clause of the partial
+-- index cassette_actions_plan_lifecycle (evaluated on every insert) and, to keep using
+-- that index, the same test in cassette_actions_plan_finished (run on every insert), in
+-- the lifecycle guard above and in the package's plan_state query. Otherwise the text
+-- differs from what 0002-0009 left in two places only: the seven checks moved above are
+-- not on the table any more, and the two gates stand where the checks they gate stood.
 
 PRAGMA legacy_alter_table = ON;
 
@@ -648,7 +658,8 @@ CREATE INDEX cassette_actions_by_cause ON cassette_actions (caused_by, action_se
     WHERE caused_by IS NOT NULL;
 
 CREATE INDEX cassette_actions_plan_lifecycle ON cassette_actions (plan_id, action_seq)
-    WHERE action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted', 'PlanAborted');
+    WHERE (action_type = 'PlanStarted' OR action_type = 'PlanPaused' OR action_type = 'PlanResumed'
+           OR action_type = 'PlanCompleted' OR action_type = 'PlanAborted');
 
 CREATE TRIGGER cassette_actions_cause_guard BEFORE INSERT ON cassette_actions
 WHEN NEW.caused_by IS NOT NULL
@@ -754,8 +765,9 @@ BEGIN
     SELECT RAISE(ABORT, 'PLAN_FINISHED: the plan has completed or aborted')
     WHERE (SELECT action_type FROM cassette_actions
            WHERE plan_id = NEW.plan_id
-             AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted',
-                                 'PlanAborted')
+             AND (action_type = 'PlanStarted' OR action_type = 'PlanPaused'
+                  OR action_type = 'PlanResumed' OR action_type = 'PlanCompleted'
+                  OR action_type = 'PlanAborted')
            ORDER BY action_seq DESC LIMIT 1) IN ('PlanCompleted', 'PlanAborted');
 END;
 

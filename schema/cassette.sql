@@ -735,28 +735,32 @@ BEGIN
     WHERE NEW.action_type = 'PlanStarted'
       AND EXISTS (SELECT 1 FROM cassette_actions
                   WHERE plan_id = NEW.plan_id
-                    AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed',
-                                        'PlanCompleted', 'PlanAborted'));
+                    AND (action_type = 'PlanStarted' OR action_type = 'PlanPaused'
+                         OR action_type = 'PlanResumed' OR action_type = 'PlanCompleted'
+                         OR action_type = 'PlanAborted'));
     SELECT RAISE(ABORT, 'PLAN_NOT_STARTED: the first lifecycle action of a plan is PlanStarted')
     WHERE NEW.action_type GLOB 'Plan*' AND NEW.action_type IS NOT 'PlanStarted'
       AND NOT EXISTS (SELECT 1 FROM cassette_actions
                       WHERE plan_id = NEW.plan_id
-                        AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed',
-                                            'PlanCompleted', 'PlanAborted'));
+                        AND (action_type = 'PlanStarted' OR action_type = 'PlanPaused'
+                             OR action_type = 'PlanResumed' OR action_type = 'PlanCompleted'
+                             OR action_type = 'PlanAborted'));
     SELECT RAISE(ABORT, 'PLAN_NOT_PAUSED: PlanResumed only while the plan is paused')
     WHERE NEW.action_type = 'PlanResumed'
       AND (SELECT action_type FROM cassette_actions
            WHERE plan_id = NEW.plan_id
-             AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted',
-                                 'PlanAborted')
+             AND (action_type = 'PlanStarted' OR action_type = 'PlanPaused'
+                  OR action_type = 'PlanResumed' OR action_type = 'PlanCompleted'
+                  OR action_type = 'PlanAborted')
            ORDER BY action_seq DESC LIMIT 1) IS NOT 'PlanPaused';
     SELECT RAISE(ABORT, 'PLAN_NOT_RUNNING: the plan is paused')
     WHERE NEW.action_type IN ('PlanPaused', 'PlanCompleted', 'PlanStepStarted',
                               'PlanStepCompleted', 'PlanStepFailed', 'PlanStepRetrying')
       AND (SELECT action_type FROM cassette_actions
            WHERE plan_id = NEW.plan_id
-             AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted',
-                                 'PlanAborted')
+             AND (action_type = 'PlanStarted' OR action_type = 'PlanPaused'
+                  OR action_type = 'PlanResumed' OR action_type = 'PlanCompleted'
+                  OR action_type = 'PlanAborted')
            ORDER BY action_seq DESC LIMIT 1) = 'PlanPaused';
     -- A step event names its PlanStepStarted action as its parent.
     SELECT RAISE(ABORT, 'STEP_NOT_STARTED: a step event''s parent is the PlanStepStarted of its step in this plan')
@@ -1182,7 +1186,8 @@ CREATE INDEX cassette_actions_by_cause ON cassette_actions (caused_by, action_se
     WHERE caused_by IS NOT NULL;
 
 CREATE INDEX cassette_actions_plan_lifecycle ON cassette_actions (plan_id, action_seq)
-    WHERE action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted', 'PlanAborted');
+    WHERE (action_type = 'PlanStarted' OR action_type = 'PlanPaused' OR action_type = 'PlanResumed'
+           OR action_type = 'PlanCompleted' OR action_type = 'PlanAborted');
 
 CREATE TRIGGER cassette_actions_cause_guard BEFORE INSERT ON cassette_actions
 WHEN NEW.caused_by IS NOT NULL
@@ -1284,8 +1289,9 @@ BEGIN
     SELECT RAISE(ABORT, 'PLAN_FINISHED: the plan has completed or aborted')
     WHERE (SELECT action_type FROM cassette_actions
            WHERE plan_id = NEW.plan_id
-             AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted',
-                                 'PlanAborted')
+             AND (action_type = 'PlanStarted' OR action_type = 'PlanPaused'
+                  OR action_type = 'PlanResumed' OR action_type = 'PlanCompleted'
+                  OR action_type = 'PlanAborted')
            ORDER BY action_seq DESC LIMIT 1) IN ('PlanCompleted', 'PlanAborted');
 END;
 

@@ -484,3 +484,56 @@ def test_the_migration_is_recorded_and_the_ledger_verifies(
     finally:
         conn.close()
     assert verify_path(str(path)).ok
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open, older than 0010: a connection's own TEMP trigger that ends with"
+    " RAISE(IGNORE) skips every AFTER trigger of the file for that row (LAW.md section 12)",
+)
+def test_a_temp_trigger_that_ignores_cannot_skip_the_files_after_rules(
+    ledger10: tuple[Path, dict[str, Any]],
+) -> None:
+    """SQLite runs TEMP triggers first, and RAISE(IGNORE) in an AFTER trigger ends the
+    row's remaining triggers, the file's included, with the row kept. A raw connection can
+    so store an unjournaled action with an id far ahead, which makes every later append
+    fail (OUT_OF_ORDER); the gate of 0010 is skipped the same way as the checks it gates
+    were before it. The law promises a refusal; today the row lands."""
+    path = ledger10[0]
+    raw = sqlite3.connect(path, isolation_level=None)
+    try:
+        raw.execute(
+            "CREATE TEMP TRIGGER skip AFTER INSERT ON main.cassette_actions"
+            " BEGIN SELECT RAISE(IGNORE); END"
+        )
+        with pytest.raises(sqlite3.IntegrityError):
+            raw.execute(_action(action_seq="9223372036854775807", **UNREADABLE))
+    finally:
+        raw.close()
+
+
+def test_the_lifecycle_lookups_use_the_partial_index(tmp_path: Path) -> None:
+    """A partial index serves only a query that repeats its WHERE clause: the package's
+    plan_state and the guards' lookups (same text) must use cassette_actions_plan_lifecycle,
+    not scan every action of the plan."""
+    from catalytic_cassette import plans
+
+    conn = connect(tmp_path / "ledger.db")
+    try:
+        query = (
+            "SELECT action_type FROM cassette_actions"
+            f" WHERE plan_id = ? AND {plans._LIFECYCLE} ORDER BY action_seq DESC LIMIT 1"
+        )
+        plan = conn.execute("EXPLAIN QUERY PLAN " + query, ("p",)).fetchall()
+        assert "USING INDEX cassette_actions_plan_lifecycle" in str(plan)
+        triggers = [
+            str(sql)
+            for (sql,) in conn.execute(
+                "SELECT sql FROM sqlite_master WHERE name IN"
+                " ('cassette_actions_plan_finished', 'cassette_actions_lifecycle_guard')"
+            )
+        ]
+        text = " ".join(" ".join(sql.split()) for sql in triggers)
+        assert text.count(" ".join(plans._LIFECYCLE.split())) == 5  # 1 + 4 lookups
+    finally:
+        conn.close()
