@@ -1,9 +1,13 @@
 -- Migration 0010: the write path's SQL, cheaper (issue 12, fifth pass; docs/BENCHMARKS.md).
 --
--- SQLite 3.40 allocates and zeroes a frame as large as a trigger's whole program each time
--- the statement that fires it runs, even when the trigger's WHEN clause is false (the test
--- is inside the program). Nothing here changes what is refused, with which code, or in
--- which order; journal bodies and hashes are untouched, so every seal still holds.
+-- Two costs of SQLite 3.40 that the law's rules paid on every write. A trigger's frame,
+-- as large as its whole program, is allocated and zeroed each time the statement that
+-- fires it runs, even when its WHEN clause is false (the test is inside the program): the
+-- large checks of an action that rarely apply move behind small gates. A constant IN list
+-- of more than two values is built as a temporary b-tree each time it is evaluated: those
+-- on the write path become comparisons. Nothing here changes what is refused, with which
+-- code, or in which order (tests/test_attacks_0010.py compares a version-9 ledger with its
+-- migrated copy); journal bodies, hashes, tree nodes and seals are untouched.
 
 -- ----------------------------------------------------- readable JSON, behind a gate
 -- The five readable-JSON checks of an action and its artifact-reference check (0005) are
@@ -235,9 +239,9 @@ END;
 -- naming them, which are the rebuilt tables by the end; rows are copied unchanged, with
 -- their ids), and every index and trigger of theirs is created again with its text, in
 -- the order the migrations before made them, so that each event's triggers fire in the
--- order they did. Only three lines differ: the two CHECKs and the lists of the guards
--- cassette_steps_insert_guard, cassette_steps_update_guard and
--- cassette_receipts_insert_guard.
+-- order they did. Only these differ from what 0001-0009 made: the two CHECKs, and the
+-- line with the list in each of cassette_steps_insert_guard, cassette_steps_update_guard
+-- and cassette_receipts_insert_guard.
 
 PRAGMA legacy_alter_table = ON;
 
@@ -525,12 +529,13 @@ PRAGMA legacy_alter_table = OFF;
 -- ------------------------------------------------------------- actions, rebuilt
 -- The same reason for actions: a CHECK of 12 action types and one of 5 categories are
 -- comparisons now, and the table is rebuilt like steps and receipts above: every index and
--- trigger created again with its text, in its order. So is the WHERE clause of the partial
--- index cassette_actions_plan_lifecycle (evaluated on every insert) and, to keep using
--- that index, the same test in cassette_actions_plan_finished (run on every insert), in
--- the lifecycle guard above and in the package's plan_state query. Otherwise the text
--- differs from what 0002-0009 left in two places only: the seven checks moved above are
--- not on the table any more, and the two gates stand where the checks they gate stood.
+-- trigger created again with its text, in its order. The WHERE clause of the partial
+-- index cassette_actions_plan_lifecycle (evaluated on every insert) is comparisons too,
+-- and so, to keep using that index, is the same test in cassette_actions_plan_finished
+-- (run on every insert), in the lifecycle guard above and in the package's plan_state
+-- query. Otherwise the text differs from what 0002-0009 left in two places only: the seven
+-- checks moved above are not on the table any more, and the two gates stand where the
+-- checks they gate stood.
 
 PRAGMA legacy_alter_table = ON;
 
