@@ -231,19 +231,97 @@ END;
 -- A constant IN list of more than two values is built as a temporary b-tree every time
 -- its program runs. Steps and receipts test status and outcome that way on every claim,
 -- completion and step insert, twice each: in the table's CHECK constraint and in its
--- guard trigger. The same tests as comparisons: in the CHECK, `x = 'A' OR ...` (a NULL
--- passes a CHECK either way, and NOT NULL refuses it first, as before); in the guards,
--- `x IS NOT 'A' AND ...` (a NULL fails each, as it failed the IS NULL before).
--- A CHECK constraint changes only with its table: both tables are rebuilt as 0008 rebuilt
--- the journal (legacy renaming leaves the other tables' triggers and the ledger-time view
+-- guard trigger; messages test their source in a CHECK on every post. The same tests as
+-- comparisons: in the CHECK, `x = 'A' OR ...` (a NULL passes a CHECK either way, and NOT
+-- NULL refuses it first, as before); in the guards, `x IS NOT 'A' AND ...` (a NULL fails
+-- each, as it failed the IS NULL before).
+-- A CHECK constraint changes only with its table: the three tables are rebuilt as 0008
+-- rebuilt the journal (legacy renaming leaves the other tables' triggers and the ledger-time view
 -- naming them, which are the rebuilt tables by the end; rows are copied unchanged, with
 -- their ids), and every index and trigger of theirs is created again with its text, in
 -- the order the migrations before made them, so that each event's triggers fire in the
--- order they did. Only these differ from what 0001-0009 made: the two CHECKs, and the
+-- order they did. Only these differ from what 0001-0009 made: the three CHECKs, and the
 -- line with the list in each of cassette_steps_insert_guard, cassette_steps_update_guard
 -- and cassette_receipts_insert_guard.
 
 PRAGMA legacy_alter_table = ON;
+
+ALTER TABLE cassette_messages RENAME TO cassette_messages_before_0010;
+CREATE TABLE cassette_messages (
+    message_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (message_id > 0),
+    run_id TEXT NOT NULL CONSTRAINT INVALID_RUN_ID CHECK (length(run_id) BETWEEN 1 AND 200),
+    source TEXT NOT NULL
+        CONSTRAINT INVALID_SOURCE CHECK (
+            source = 'USER' OR source = 'PLANNER' OR source = 'SYSTEM' OR source = 'WORKER'),
+    idempotency_key TEXT
+        CONSTRAINT INVALID_IDEMPOTENCY_KEY CHECK (length(idempotency_key) BETWEEN 1 AND 200),
+    payload_json TEXT NOT NULL
+        CONSTRAINT INVALID_PAYLOAD CHECK (
+            CASE WHEN json_valid(payload_json) THEN json_type(payload_json) = 'object' ELSE 0 END
+        ),
+    created_at INTEGER NOT NULL,
+    UNIQUE (run_id, idempotency_key)
+) STRICT;
+INSERT INTO cassette_messages SELECT * FROM cassette_messages_before_0010 ORDER BY message_id;
+DROP TABLE cassette_messages_before_0010;
+
+CREATE TRIGGER cassette_messages_no_update BEFORE UPDATE ON cassette_messages
+BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_messages rows cannot be updated'); END;
+
+CREATE TRIGGER cassette_messages_no_delete BEFORE DELETE ON cassette_messages
+BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_messages rows cannot be deleted'); END;
+
+CREATE TRIGGER cassette_messages_insert_guard BEFORE INSERT ON cassette_messages
+BEGIN
+    SELECT RAISE(ABORT, 'APPEND_ONLY: a message with this message_id exists')
+    WHERE EXISTS (SELECT 1 FROM cassette_messages WHERE message_id = NEW.message_id);
+    SELECT RAISE(ABORT, 'IDEMPOTENCY_CONFLICT: a message with this run_id and idempotency_key exists')
+    WHERE NEW.idempotency_key IS NOT NULL
+      AND EXISTS (SELECT 1 FROM cassette_messages
+                  WHERE run_id = NEW.run_id AND idempotency_key = NEW.idempotency_key);
+END;
+
+CREATE TRIGGER cassette_messages_in_order AFTER INSERT ON cassette_messages
+-- (a rowid range probe: max() would let the planner pick a covering index and scan it)
+WHEN EXISTS (SELECT 1 FROM cassette_messages WHERE message_id > NEW.message_id)
+BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: a message_id must be larger than every existing one'); END;
+
+CREATE TRIGGER cassette_messages_dense AFTER INSERT ON cassette_messages
+WHEN NEW.message_id > 1
+ AND NOT EXISTS (SELECT 1 FROM cassette_messages NOT INDEXED WHERE message_id = NEW.message_id - 1)
+BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: message_id must follow the last one'); END;
+
+CREATE TRIGGER cassette_messages_readable AFTER INSERT ON cassette_messages
+WHEN NEW.payload_json GLOB '*[0-9][eE]*' OR NEW.payload_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+  OR length(NEW.payload_json) > 2048 OR instr(lower(NEW.payload_json), '\ud') > 0
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: JSON the API cannot read back: a number beyond a 64-bit integer or a finite double, nesting deeper than 1024, or a lone surrogate')
+    WHERE json_valid(NEW.payload_json) AND (
+        (length(NEW.payload_json) > 2048
+         AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || NEW.payload_json
+                            || replace(hex(zeroblob(975)), '00', ']') || ']'))
+        OR EXISTS (
+            SELECT 1 FROM json_tree(NEW.payload_json)
+            WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+               OR (type = 'integer' AND typeof(atom) IS NOT 'integer')
+               OR (instr(lower(NEW.payload_json), '\ud') > 0 AND (
+                   (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))
+                   OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))))));
+END;
+
+CREATE TRIGGER cassette_messages_time AFTER INSERT ON cassette_messages
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999
+  OR NEW.created_at < (SELECT ms FROM cassette_ledger_time) OR NEW.created_at < (SELECT created_at FROM cassette_messages NOT INDEXED WHERE message_id = NEW.message_id - 1)
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_TIME: created_at is an integer of epoch ms before the year 10000')
+    WHERE typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999;
+    SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time');
+END;
+
+CREATE TRIGGER cassette_messages_journaled AFTER INSERT ON cassette_messages
+WHEN NOT EXISTS (SELECT 1 FROM cassette_journal INDEXED BY cassette_journal_by_row
+                 WHERE tbl = 'cassette_messages' AND row_key = +NEW.message_id)
+BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 
 ALTER TABLE cassette_steps RENAME TO cassette_steps_before_0010;
 CREATE TABLE cassette_steps (

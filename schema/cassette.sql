@@ -14,21 +14,6 @@ CREATE TABLE cassette_migrations (
     sha256 TEXT NOT NULL CHECK (length(sha256) = 64)
 ) STRICT;
 
-CREATE TABLE cassette_messages (
-    message_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (message_id > 0),
-    run_id TEXT NOT NULL CONSTRAINT INVALID_RUN_ID CHECK (length(run_id) BETWEEN 1 AND 200),
-    source TEXT NOT NULL
-        CONSTRAINT INVALID_SOURCE CHECK (source IN ('USER', 'PLANNER', 'SYSTEM', 'WORKER')),
-    idempotency_key TEXT
-        CONSTRAINT INVALID_IDEMPOTENCY_KEY CHECK (length(idempotency_key) BETWEEN 1 AND 200),
-    payload_json TEXT NOT NULL
-        CONSTRAINT INVALID_PAYLOAD CHECK (
-            CASE WHEN json_valid(payload_json) THEN json_type(payload_json) = 'object' ELSE 0 END
-        ),
-    created_at INTEGER NOT NULL,
-    UNIQUE (run_id, idempotency_key)
-) STRICT;
-
 CREATE TABLE cassette_jobs (
     job_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (job_id > 0),
     message_id INTEGER NOT NULL,
@@ -61,12 +46,6 @@ BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be updat
 CREATE TRIGGER cassette_migrations_no_delete BEFORE DELETE ON cassette_migrations
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be deleted'); END;
 
-CREATE TRIGGER cassette_messages_no_update BEFORE UPDATE ON cassette_messages
-BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_messages rows cannot be updated'); END;
-
-CREATE TRIGGER cassette_messages_no_delete BEFORE DELETE ON cassette_messages
-BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_messages rows cannot be deleted'); END;
-
 CREATE TRIGGER cassette_jobs_no_update BEFORE UPDATE ON cassette_jobs
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_jobs rows cannot be updated'); END;
 
@@ -78,21 +57,6 @@ BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_releases rows cannot be updated
 
 CREATE TRIGGER cassette_releases_no_delete BEFORE DELETE ON cassette_releases
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_releases rows cannot be deleted'); END;
-
-CREATE TRIGGER cassette_messages_insert_guard BEFORE INSERT ON cassette_messages
-BEGIN
-    SELECT RAISE(ABORT, 'APPEND_ONLY: a message with this message_id exists')
-    WHERE EXISTS (SELECT 1 FROM cassette_messages WHERE message_id = NEW.message_id);
-    SELECT RAISE(ABORT, 'IDEMPOTENCY_CONFLICT: a message with this run_id and idempotency_key exists')
-    WHERE NEW.idempotency_key IS NOT NULL
-      AND EXISTS (SELECT 1 FROM cassette_messages
-                  WHERE run_id = NEW.run_id AND idempotency_key = NEW.idempotency_key);
-END;
-
-CREATE TRIGGER cassette_messages_in_order AFTER INSERT ON cassette_messages
--- (a rowid range probe: max() would let the planner pick a covering index and scan it)
-WHEN EXISTS (SELECT 1 FROM cassette_messages WHERE message_id > NEW.message_id)
-BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: a message_id must be larger than every existing one'); END;
 
 CREATE TRIGGER cassette_jobs_insert_guard BEFORE INSERT ON cassette_jobs
 BEGIN
@@ -220,11 +184,6 @@ BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_seals rows cannot be updated');
 CREATE TRIGGER cassette_seals_no_delete BEFORE DELETE ON cassette_seals
 BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_seals rows cannot be deleted'); END;
 
-CREATE TRIGGER cassette_messages_dense AFTER INSERT ON cassette_messages
-WHEN NEW.message_id > 1
- AND NOT EXISTS (SELECT 1 FROM cassette_messages NOT INDEXED WHERE message_id = NEW.message_id - 1)
-BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: message_id must follow the last one'); END;
-
 CREATE TRIGGER cassette_jobs_dense AFTER INSERT ON cassette_jobs
 WHEN NEW.job_id > 1
  AND NOT EXISTS (SELECT 1 FROM cassette_jobs NOT INDEXED WHERE job_id = NEW.job_id - 1)
@@ -245,24 +204,6 @@ CREATE TRIGGER cassette_seals_dense AFTER INSERT ON cassette_seals
 WHEN NEW.seal_id > 1
  AND NOT EXISTS (SELECT 1 FROM cassette_seals NOT INDEXED WHERE seal_id = NEW.seal_id - 1)
 BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: seal_id must follow the last one'); END;
-
-CREATE TRIGGER cassette_messages_readable AFTER INSERT ON cassette_messages
-WHEN NEW.payload_json GLOB '*[0-9][eE]*' OR NEW.payload_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
-  OR length(NEW.payload_json) > 2048 OR instr(lower(NEW.payload_json), '\ud') > 0
-BEGIN
-    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: JSON the API cannot read back: a number beyond a 64-bit integer or a finite double, nesting deeper than 1024, or a lone surrogate')
-    WHERE json_valid(NEW.payload_json) AND (
-        (length(NEW.payload_json) > 2048
-         AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || NEW.payload_json
-                            || replace(hex(zeroblob(975)), '00', ']') || ']'))
-        OR EXISTS (
-            SELECT 1 FROM json_tree(NEW.payload_json)
-            WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
-               OR (type = 'integer' AND typeof(atom) IS NOT 'integer')
-               OR (instr(lower(NEW.payload_json), '\ud') > 0 AND (
-                   (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))
-                   OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))))));
-END;
 
 CREATE TRIGGER cassette_checkpoints_readable AFTER INSERT ON cassette_checkpoints
 WHEN NEW.context_json GLOB '*[0-9][eE]*' OR NEW.context_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
@@ -292,15 +233,6 @@ BEGIN
     WHERE NOT ((NEW.key IS 'format' AND NEW.value IS 'catalytic-cassette')
             OR (NEW.key IS 'ledger_id' AND length(NEW.value) = 32
                 AND NEW.value NOT GLOB '*[^0-9a-f]*'));
-END;
-
-CREATE TRIGGER cassette_messages_time AFTER INSERT ON cassette_messages
-WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999
-  OR NEW.created_at < (SELECT ms FROM cassette_ledger_time) OR NEW.created_at < (SELECT created_at FROM cassette_messages NOT INDEXED WHERE message_id = NEW.message_id - 1)
-BEGIN
-    SELECT RAISE(ABORT, 'INVALID_TIME: created_at is an integer of epoch ms before the year 10000')
-    WHERE typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999;
-    SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time');
 END;
 
 CREATE TRIGGER cassette_jobs_time AFTER INSERT ON cassette_jobs
@@ -338,11 +270,6 @@ BEGIN
     WHERE typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999;
     SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time');
 END;
-
-CREATE TRIGGER cassette_messages_journaled AFTER INSERT ON cassette_messages
-WHEN NOT EXISTS (SELECT 1 FROM cassette_journal INDEXED BY cassette_journal_by_row
-                 WHERE tbl = 'cassette_messages' AND row_key = +NEW.message_id)
-BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 
 CREATE TRIGGER cassette_jobs_journaled AFTER INSERT ON cassette_jobs
 WHEN NOT EXISTS (SELECT 1 FROM cassette_journal INDEXED BY cassette_journal_by_row
@@ -794,6 +721,80 @@ BEGIN
                       WHERE k.checkpoint_id = json_extract(NEW.metadata_json, '$.checkpoint_id')
                         AND k.plan_id = NEW.plan_id);
 END;
+
+CREATE TABLE cassette_messages (
+    message_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (message_id > 0),
+    run_id TEXT NOT NULL CONSTRAINT INVALID_RUN_ID CHECK (length(run_id) BETWEEN 1 AND 200),
+    source TEXT NOT NULL
+        CONSTRAINT INVALID_SOURCE CHECK (
+            source = 'USER' OR source = 'PLANNER' OR source = 'SYSTEM' OR source = 'WORKER'),
+    idempotency_key TEXT
+        CONSTRAINT INVALID_IDEMPOTENCY_KEY CHECK (length(idempotency_key) BETWEEN 1 AND 200),
+    payload_json TEXT NOT NULL
+        CONSTRAINT INVALID_PAYLOAD CHECK (
+            CASE WHEN json_valid(payload_json) THEN json_type(payload_json) = 'object' ELSE 0 END
+        ),
+    created_at INTEGER NOT NULL,
+    UNIQUE (run_id, idempotency_key)
+) STRICT;
+
+CREATE TRIGGER cassette_messages_no_update BEFORE UPDATE ON cassette_messages
+BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_messages rows cannot be updated'); END;
+
+CREATE TRIGGER cassette_messages_no_delete BEFORE DELETE ON cassette_messages
+BEGIN SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_messages rows cannot be deleted'); END;
+
+CREATE TRIGGER cassette_messages_insert_guard BEFORE INSERT ON cassette_messages
+BEGIN
+    SELECT RAISE(ABORT, 'APPEND_ONLY: a message with this message_id exists')
+    WHERE EXISTS (SELECT 1 FROM cassette_messages WHERE message_id = NEW.message_id);
+    SELECT RAISE(ABORT, 'IDEMPOTENCY_CONFLICT: a message with this run_id and idempotency_key exists')
+    WHERE NEW.idempotency_key IS NOT NULL
+      AND EXISTS (SELECT 1 FROM cassette_messages
+                  WHERE run_id = NEW.run_id AND idempotency_key = NEW.idempotency_key);
+END;
+
+CREATE TRIGGER cassette_messages_in_order AFTER INSERT ON cassette_messages
+-- (a rowid range probe: max() would let the planner pick a covering index and scan it)
+WHEN EXISTS (SELECT 1 FROM cassette_messages WHERE message_id > NEW.message_id)
+BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: a message_id must be larger than every existing one'); END;
+
+CREATE TRIGGER cassette_messages_dense AFTER INSERT ON cassette_messages
+WHEN NEW.message_id > 1
+ AND NOT EXISTS (SELECT 1 FROM cassette_messages NOT INDEXED WHERE message_id = NEW.message_id - 1)
+BEGIN SELECT RAISE(ABORT, 'OUT_OF_ORDER: ids are dense: message_id must follow the last one'); END;
+
+CREATE TRIGGER cassette_messages_readable AFTER INSERT ON cassette_messages
+WHEN NEW.payload_json GLOB '*[0-9][eE]*' OR NEW.payload_json GLOB '*[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*'
+  OR length(NEW.payload_json) > 2048 OR instr(lower(NEW.payload_json), '\ud') > 0
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_PAYLOAD: JSON the API cannot read back: a number beyond a 64-bit integer or a finite double, nesting deeper than 1024, or a lone surrogate')
+    WHERE json_valid(NEW.payload_json) AND (
+        (length(NEW.payload_json) > 2048
+         AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || NEW.payload_json
+                            || replace(hex(zeroblob(975)), '00', ']') || ']'))
+        OR EXISTS (
+            SELECT 1 FROM json_tree(NEW.payload_json)
+            WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)
+               OR (type = 'integer' AND typeof(atom) IS NOT 'integer')
+               OR (instr(lower(NEW.payload_json), '\ud') > 0 AND (
+                   (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))
+                   OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))))));
+END;
+
+CREATE TRIGGER cassette_messages_time AFTER INSERT ON cassette_messages
+WHEN typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999
+  OR NEW.created_at < (SELECT ms FROM cassette_ledger_time) OR NEW.created_at < (SELECT created_at FROM cassette_messages NOT INDEXED WHERE message_id = NEW.message_id - 1)
+BEGIN
+    SELECT RAISE(ABORT, 'INVALID_TIME: created_at is an integer of epoch ms before the year 10000')
+    WHERE typeof(NEW.created_at) IS NOT 'integer' OR NEW.created_at > 253402300799999;
+    SELECT RAISE(ABORT, 'TIME_BACKWARDS: created_at is an integer no earlier than the ledger''s latest time');
+END;
+
+CREATE TRIGGER cassette_messages_journaled AFTER INSERT ON cassette_messages
+WHEN NOT EXISTS (SELECT 1 FROM cassette_journal INDEXED BY cassette_journal_by_row
+                 WHERE tbl = 'cassette_messages' AND row_key = +NEW.message_id)
+BEGIN SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: ledger writes need a cassette connection'); END;
 
 CREATE TABLE cassette_steps (
     step_id INTEGER PRIMARY KEY CONSTRAINT INVALID_ID CHECK (step_id > 0),

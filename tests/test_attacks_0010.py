@@ -212,6 +212,11 @@ def _battery(ids: dict[str, Any]) -> dict[str, str]:
                 gap="1", source="'USER'", payload="'{\"a\": 1e400}'"
             ),
             "message:source": message.format(gap="1", source="'ADMIN'", payload="'{}'"),
+            "message:null-source": message.format(gap="1", source="NULL", payload="'{}'"),
+            "message:source+gap": message.format(gap="2", source="'ADMIN'", payload="'{}'"),
+            "message:source+unreadable": message.format(
+                gap="1", source="'ADMIN'", payload="'{\"a\": 1e400}'"
+            ),
         }
     )
     return battery
@@ -283,6 +288,7 @@ def test_every_write_gets_the_answer_it_got_before_the_migration(
     assert package["step:bad-status+immutable"] == "INVALID_STATUS"
     assert package["receipt:bad-outcome+wrong-worker"] == "INVALID_OUTCOME"
     assert package["receipt:legal"] == package["message:legal"] == "ok"
+    assert package["message:source+unreadable"] == "INVALID_SOURCE"  # a CHECK, before AFTER
     assert after[("raw", "action:legal")] == after[("raw", "message:legal")] == "JOURNAL_REQUIRED"
     assert after[("raw", "action:unreadable")] == "JOURNAL_REQUIRED"  # journaled fires first
     assert after[("raw", "action:resumed")] == "PLAN_NOT_PAUSED"  # a BEFORE rule
