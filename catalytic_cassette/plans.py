@@ -18,13 +18,18 @@ PLAN_STATES = {
     "PlanCompleted": "completed",
     "PlanAborted": "aborted",
 }
-_LIFECYCLE = "('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted', 'PlanAborted')"
+# The partial index cassette_actions_plan_lifecycle is used only by a query that repeats its
+# WHERE clause exactly (migration 0010: comparisons, not an IN list).
+_LIFECYCLE = (
+    "(action_type = 'PlanStarted' OR action_type = 'PlanPaused' OR action_type = 'PlanResumed'"
+    " OR action_type = 'PlanCompleted' OR action_type = 'PlanAborted')"
+)
 
 
 def plan_state(conn: sqlite3.Connection, plan_id: str) -> str:
     row = conn.execute(
         "SELECT action_type FROM cassette_actions"
-        f" WHERE plan_id = ? AND action_type IN {_LIFECYCLE} ORDER BY action_seq DESC LIMIT 1",
+        f" WHERE plan_id = ? AND {_LIFECYCLE} ORDER BY action_seq DESC LIMIT 1",
         (plan_id,),
     ).fetchone()
     return PLAN_STATES[row[0] if row else None]

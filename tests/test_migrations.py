@@ -248,3 +248,76 @@ def test_a_version_7_ledger_keeps_its_journal_and_seals_through_migration_8(
         str(db_path), anchors=load_anchors(seals), seal_key=key.public_key(), origin=origin
     )
     assert report.ok and report.anchored, report.to_dict()
+
+
+def test_a_version_9_ledger_keeps_its_journal_and_seals_through_migration_10(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 10 re-creates guards and moves checks behind gates; it writes no row of the
+    ledger: every journal entry, tree node and seal stays as it was, a seal made before it
+    still holds after, and the ledger takes writes of every kind."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from catalytic_cassette import ManualClock
+    from catalytic_cassette.anchor import load_anchors
+    from catalytic_cassette.chain import CausalChain
+    from catalytic_cassette.seals import default_origin, record_seal, write_seal_file
+    from catalytic_cassette.verify import verify_path
+
+    db_path, seals = tmp_path / "v9.db", tmp_path / "seals"
+    seals.mkdir()
+    key = Ed25519PrivateKey.generate()
+    nine = sqlfiles.migrations()[:9]
+    clock = ManualClock()
+    with monkeypatch.context() as patched:
+        patched.setattr(sqlfiles, "migrations", lambda: nine)
+        with MessageCassette(db_path, clock=clock) as cassette:
+            for n in range(150):  # 450 entries: a complete block of 256 and a tail
+                cassette.post_message({"n": n}, "r", "USER")
+            for _ in range(20):
+                step = cassette.claim_step("r", "w", 60)
+                cassette.complete_step(
+                    "r", step["step_id"], "w", step["fencing_token"], {}, "SUCCESS"
+                )
+        with CausalChain(db_path, clock=clock) as chain:
+            chain.append_action(
+                {
+                    "plan_id": "p",
+                    "intent_id": "i",
+                    "action_type": "PlanStarted",
+                    "function_name": "f",
+                }
+            )
+            write_seal_file(record_seal(chain.conn, key, now_ms=clock.now_ms(), origin=None), seals)
+            origin = default_origin(chain.conn)
+            assert chain.conn.execute("PRAGMA user_version").fetchone()[0] == 9
+    before = sqlite3.connect(db_path)
+    tables = ("cassette_journal", "cassette_tree_nodes", "cassette_seals", "cassette_steps")
+    rows = {table: before.execute(f"SELECT * FROM {table}").fetchall() for table in tables}
+    before.close()
+    assert len(rows["cassette_journal"]) > 256 and rows["cassette_tree_nodes"]
+
+    with CausalChain(db_path, clock=clock) as chain:  # migrates
+        assert chain.conn.execute("PRAGMA user_version").fetchone()[0] == current_version()
+        for table in tables:
+            assert chain.conn.execute(f"SELECT * FROM {table}").fetchall() == rows[table]
+        chain.append_action(
+            {"plan_id": "p", "intent_id": "i", "action_type": "PlanPaused", "function_name": "f"}
+        )
+        with pytest.raises(CassetteError) as refused:
+            chain.append_action(
+                {
+                    "plan_id": "p",
+                    "intent_id": "i",
+                    "action_type": "PlanPaused",
+                    "function_name": "f",
+                }
+            )
+        assert refused.value.code is ErrorCode.PLAN_NOT_RUNNING
+    with MessageCassette(db_path, clock=clock) as cassette:
+        step = cassette.claim_step("r", "w", 60)
+        cassette.complete_step("r", step["step_id"], "w", step["fencing_token"], {}, "FAILURE")
+    report = verify_path(
+        str(db_path), anchors=load_anchors(seals), seal_key=key.public_key(), origin=origin
+    )
+    assert report.ok and report.anchored, report.to_dict()
