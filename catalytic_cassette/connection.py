@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,22 @@ DEFAULT_BUSY_TIMEOUT_MS = 10_000
 # checkpoint); the WAL grows to about 16 MiB at 4 KiB pages (LAW.md, section 9).
 WAL_AUTOCHECKPOINT_PAGES = 4_000
 _NO_CAP = 2**63 - 1  # only the header of a ledger is read here
+# The write lock is waited for by the package, not by SQLite's busy handler. SQLite's
+# handler sleeps 1, 2, 5, 10, 15, 20, 25 ... 100 ms between tries, while the package's
+# write transactions hold the lock for well under a millisecond: a blocked writer slept
+# through many transactions and woke late, after the last one too (docs/BENCHMARKS.md,
+# "Issue 12, fifth pass"). `write_transaction` tries BEGIN IMMEDIATE without the handler
+# and sleeps these lengths between tries (each drawn between half and one and a half of
+# it, so that waiters do not move in step), growing by half each time up to the cap, and
+# after LOCK_WAIT_LONG_S of waiting up to the long cap (a lock held for long, such as a
+# migration, is polled a thousand times a second, not five thousand); it gives up, with
+# SQLite's own BUSY, once the connection's busy timeout has passed. Every other wait
+# (reads during a WAL recovery, checkpoints, opening) keeps SQLite's handler.
+LOCK_POLL_FIRST_S = 50e-6
+LOCK_POLL_CAP_S = 200e-6
+LOCK_WAIT_LONG_S = 0.05
+LOCK_POLL_LONG_CAP_S = 0.001
+_SQLITE_BUSY = 5
 # SQLite result codes (and their extended forms) that say the file cannot be read now
 # (locked, not permitted, an I/O failure), not that its pages or format are damaged.
 _CANNOT_READ = (
@@ -110,6 +127,9 @@ class CassetteConnection(sqlite3.Connection):
     """
 
     transaction_time: TransactionTime | None = None
+    # The busy timeout set by `connect`: write_transaction waits for the write lock itself
+    # up to it (None: a connection not opened by `connect` keeps SQLite's handler).
+    busy_timeout_ms: int | None = None
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         try:
@@ -172,6 +192,8 @@ def connect(
     try:
         # Every PRAGMA is read to the end, so no statement is left open.
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}").fetchall()
+        if isinstance(conn, CassetteConnection):
+            conn.busy_timeout_ms = int(busy_timeout_ms)
         version = schema_version(conn)
         conn.execute(f"PRAGMA synchronous = {sync}").fetchall()
         conn.execute("PRAGMA foreign_keys = ON").fetchall()
@@ -382,7 +404,7 @@ class write_transaction:  # lower case: it is used as a function, `with write_tr
     def __enter__(self) -> sqlite3.Connection:
         conn = self._conn
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            begin_immediate(conn)
         except sqlite3.Error as exc:
             raise _busy_or_translate(conn, exc) from exc
         _pin(conn, writing=True)
@@ -408,6 +430,47 @@ class write_transaction:  # lower case: it is used as a function, `with write_tr
             _pin(conn, writing=False)  # the transaction's time ends with it
         if self._after is not None:
             self._after()
+
+
+def begin_immediate(conn: sqlite3.Connection) -> None:
+    """BEGIN IMMEDIATE, waiting for the write lock up to the connection's busy timeout
+    with short sleeps (``LOCK_POLL_FIRST_S``), not SQLite's busy handler; a connection
+    without ``busy_timeout_ms`` (not opened by `connect`) leaves the wait to SQLite.
+
+    The handler is off only while BEGIN tries: the busy timeout is set back before this
+    returns or raises, so every other statement waits as before. When the timeout has
+    passed, the last try's sqlite3 error (SQLITE_BUSY) is raised, as SQLite's handler
+    would have raised it; no transaction is open then."""
+    timeout_ms = getattr(conn, "busy_timeout_ms", None)
+    if not timeout_ms or timeout_ms <= 0:
+        conn.execute("BEGIN IMMEDIATE")
+        return
+    conn.execute("PRAGMA busy_timeout = 0").fetchall()
+    try:
+        _try_begin(conn, timeout_ms / 1000)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {timeout_ms}").fetchall()
+
+
+def _try_begin(conn: sqlite3.Connection, timeout_s: float) -> None:
+    started = 0.0
+    delay = LOCK_POLL_FIRST_S
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF != _SQLITE_BUSY:
+                raise
+            now = time.monotonic()
+            if not started:
+                started = now
+            waited = now - started
+            if waited >= timeout_s:
+                raise
+        time.sleep(min(delay * (0.5 + random.random()), timeout_s - waited))
+        cap = LOCK_POLL_CAP_S if waited < LOCK_WAIT_LONG_S else LOCK_POLL_LONG_CAP_S
+        delay = min(delay * 1.5, cap)
 
 
 def _roll_back(conn: sqlite3.Connection, exc: BaseException) -> None:
