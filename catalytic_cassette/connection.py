@@ -130,18 +130,71 @@ class CassetteConnection(sqlite3.Connection):
     # The busy timeout set by `connect`: write_transaction waits for the write lock itself
     # up to it (None: a connection not opened by `connect` keeps SQLite's handler).
     busy_timeout_ms: int | None = None
+    # SQLite's busy handler is off (busy_timeout 0) since `begin_immediate` turned it off
+    # to try BEGIN IMMEDIATE itself. It stays off through the write transaction, which
+    # holds the write lock (nothing it runs waits for a lock), and after it, so that a
+    # worker's next write transaction needs no PRAGMA; the first statement run outside a
+    # transaction (any execute, a cursor, a backup) sets the busy timeout back first.
+    busy_handler_off = False
+
+    def restore_busy_handler(self) -> None:
+        """Set the busy timeout back, unless a transaction holds the lock (see above)."""
+        if self.busy_handler_off and not self.in_transaction:
+            super().execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}").fetchall()
+            self.busy_handler_off = False
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        if self.busy_handler_off:
+            self.restore_busy_handler()
         try:
             return super().execute(sql, parameters)
         except (UnicodeEncodeError, OverflowError, sqlite3.ProgrammingError) as exc:
             raise _bad_parameter(exc) from exc
 
     def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        if self.busy_handler_off:
+            self.restore_busy_handler()
         try:
             return super().executemany(sql, parameters)
         except (UnicodeEncodeError, OverflowError, sqlite3.ProgrammingError) as exc:
             raise _bad_parameter(exc) from exc
+
+    def executescript(self, sql_script: str, /) -> sqlite3.Cursor:
+        self.restore_busy_handler()
+        return super().executescript(sql_script)
+
+    def cursor(self, factory: Any = None) -> Any:
+        self.restore_busy_handler()
+        return super().cursor(_RestoringCursor if factory is None else factory)
+
+    def backup(self, target: sqlite3.Connection, **options: Any) -> None:
+        self.restore_busy_handler()
+        super().backup(target, **options)
+
+
+class _RestoringCursor(sqlite3.Cursor):
+    """A cursor of a CassetteConnection: a statement run through it outside a transaction
+    sets the connection's busy timeout back first, as the connection's own execute does."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _RestoringCursor:
+        _restore(self.connection)
+        super().execute(sql, parameters)
+        return self
+
+    def executemany(self, sql: str, parameters: Any, /) -> _RestoringCursor:
+        _restore(self.connection)
+        super().executemany(sql, parameters)
+        return self
+
+    def executescript(self, sql_script: str, /) -> _RestoringCursor:
+        _restore(self.connection)
+        super().executescript(sql_script)
+        return self
+
+
+def _restore(conn: sqlite3.Connection) -> None:
+    if isinstance(conn, CassetteConnection):
+        conn.restore_busy_handler()
 
 
 def _bad_parameter(exc: Exception) -> Exception:
@@ -437,19 +490,24 @@ def begin_immediate(conn: sqlite3.Connection) -> None:
     with short sleeps (``LOCK_POLL_FIRST_S``), not SQLite's busy handler; a connection
     without ``busy_timeout_ms`` (not opened by `connect`) leaves the wait to SQLite.
 
-    The handler is off only while BEGIN tries: the busy timeout is set back before this
-    returns or raises, so every other statement waits as before. When the timeout has
+    SQLite's handler is turned off for the tries and left off through the transaction
+    (``CassetteConnection.busy_handler_off``): the next statement outside a transaction
+    sets the busy timeout back, so every other statement waits as before, and a worker
+    writing transaction after transaction pays no PRAGMA for it. When the timeout has
     passed, the last try's sqlite3 error (SQLITE_BUSY) is raised, as SQLite's handler
-    would have raised it; no transaction is open then."""
+    would have raised it, with no transaction open and the busy timeout set back."""
     timeout_ms = getattr(conn, "busy_timeout_ms", None)
-    if not timeout_ms or timeout_ms <= 0:
+    if not timeout_ms or timeout_ms <= 0 or not isinstance(conn, CassetteConnection):
         conn.execute("BEGIN IMMEDIATE")
         return
-    conn.execute("PRAGMA busy_timeout = 0").fetchall()
+    if not conn.busy_handler_off:
+        conn.execute("PRAGMA busy_timeout = 0").fetchall()
+        conn.busy_handler_off = True
     try:
         _try_begin(conn, timeout_ms / 1000)
-    finally:
-        conn.execute(f"PRAGMA busy_timeout = {timeout_ms}").fetchall()
+    except BaseException:
+        conn.restore_busy_handler()  # no transaction is open: as configured again
+        raise
 
 
 def _try_begin(conn: sqlite3.Connection, timeout_s: float) -> None:
@@ -457,7 +515,8 @@ def _try_begin(conn: sqlite3.Connection, timeout_s: float) -> None:
     delay = LOCK_POLL_FIRST_S
     while True:
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            # the base class's execute: the connection's own would set the timeout back
+            sqlite3.Connection.execute(conn, "BEGIN IMMEDIATE")
             return
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", 0) & 0xFF != _SQLITE_BUSY:
