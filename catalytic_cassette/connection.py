@@ -510,13 +510,16 @@ def begin_immediate(conn: sqlite3.Connection) -> None:
         raise
 
 
+_base_execute = sqlite3.Connection.execute  # (scripts/bench_levers.py stubs it with execute)
+
+
 def _try_begin(conn: sqlite3.Connection, timeout_s: float) -> None:
     started = 0.0
     delay = LOCK_POLL_FIRST_S
     while True:
         try:
             # the base class's execute: the connection's own would set the timeout back
-            sqlite3.Connection.execute(conn, "BEGIN IMMEDIATE")
+            _base_execute(conn, "BEGIN IMMEDIATE")
             return
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", 0) & 0xFF != _SQLITE_BUSY:
