@@ -144,7 +144,7 @@ class CassetteConnection(sqlite3.Connection):
             self.busy_handler_off = False
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
-        if self.busy_handler_off:
+        if self.busy_handler_off and not self.in_transaction:  # (no call on the hot path)
             self.restore_busy_handler()
         try:
             return super().execute(sql, parameters)
@@ -152,7 +152,7 @@ class CassetteConnection(sqlite3.Connection):
             raise _bad_parameter(exc) from exc
 
     def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
-        if self.busy_handler_off:
+        if self.busy_handler_off and not self.in_transaction:
             self.restore_busy_handler()
         try:
             return super().executemany(sql, parameters)
@@ -504,7 +504,16 @@ def begin_immediate(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA busy_timeout = 0").fetchall()
         conn.busy_handler_off = True
     try:
-        _try_begin(conn, timeout_ms / 1000)
+        # the base class's execute: the connection's own would set the timeout back
+        _base_execute(conn, "BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF != _SQLITE_BUSY:
+            conn.restore_busy_handler()
+            raise
+    else:
+        return  # the lock was free: the common case, one try
+    try:
+        _wait_and_begin(conn, timeout_ms / 1000)
     except BaseException:
         conn.restore_busy_handler()  # no transaction is open: as configured again
         raise
@@ -513,26 +522,24 @@ def begin_immediate(conn: sqlite3.Connection) -> None:
 _base_execute = sqlite3.Connection.execute  # (scripts/bench_levers.py stubs it with execute)
 
 
-def _try_begin(conn: sqlite3.Connection, timeout_s: float) -> None:
-    started = 0.0
+def _wait_and_begin(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Sleep and try BEGIN IMMEDIATE again, after a first try met SQLITE_BUSY."""
+    started = time.monotonic()
     delay = LOCK_POLL_FIRST_S
+    waited = 0.0
     while True:
+        time.sleep(min(delay * (0.5 + random.random()), timeout_s - waited))
+        cap = LOCK_POLL_CAP_S if waited < LOCK_WAIT_LONG_S else LOCK_POLL_LONG_CAP_S
+        delay = min(delay * 1.5, cap)
         try:
-            # the base class's execute: the connection's own would set the timeout back
             _base_execute(conn, "BEGIN IMMEDIATE")
             return
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", 0) & 0xFF != _SQLITE_BUSY:
                 raise
-            now = time.monotonic()
-            if not started:
-                started = now
-            waited = now - started
+            waited = time.monotonic() - started
             if waited >= timeout_s:
                 raise
-        time.sleep(min(delay * (0.5 + random.random()), timeout_s - waited))
-        cap = LOCK_POLL_CAP_S if waited < LOCK_WAIT_LONG_S else LOCK_POLL_LONG_CAP_S
-        delay = min(delay * 1.5, cap)
 
 
 def _roll_back(conn: sqlite3.Connection, exc: BaseException) -> None:
