@@ -450,9 +450,6 @@ LOOPS: dict[str, Callable[[MessageCassette, str], list[int]]] = {
     "fused-yield": fused_yield_loop,
     "prefetch": prefetch_loop,
 }
-# How a blocked writer waits for the write lock in workload 3: the package's short sleeps
-# (connection.begin_immediate), or SQLite's busy handler as before the fifth pass.
-LOCK_WAITS = ("package", "sqlite")
 
 
 def raw_separate_loop(conn: sqlite3.Connection, worker: str) -> int:
@@ -599,16 +596,10 @@ def workload_cycle(
 # ---------------------------------------------------- 3. several worker processes
 
 
-def cycle_worker(
-    db: str, durability: str, worker: str, variant: str, go: Any, results: Any
-) -> None:
-    """A worker process: run the variant's loop (``LOOPS``) until the run has no pending
-    step; a variant is ``loop`` or ``loop/wait`` (``LOCK_WAITS``)."""
-    loop, _, wait = variant.partition("/")
+def cycle_worker(db: str, durability: str, worker: str, loop: str, go: Any, results: Any) -> None:
+    """A worker process: run ``LOOPS[loop]`` until the run has no pending step."""
     try:
         with MessageCassette(db, durability=durability) as cassette:
-            if wait == "sqlite":  # BEGIN IMMEDIATE waits in SQLite's busy handler
-                cassette.conn.busy_timeout_ms = None  # type: ignore[attr-defined]
             results.put(("ready", worker, None, 0.0))
             go.wait(timeout=120)
             done = LOOPS[loop](cassette, worker)
@@ -617,16 +608,14 @@ def cycle_worker(
         results.put(("error", worker, traceback.format_exc(), 0.0))
 
 
-def run_workers(path: Path, durability: str, workers: int, variant: str) -> tuple[float, list[int]]:
+def run_workers(path: Path, durability: str, workers: int, loop: str) -> tuple[float, list[int]]:
     """Start the processes, release them together; return (steps/s, steps per worker)."""
     context = multiprocessing.get_context("spawn")
     go = context.Event()
     results = context.Queue()
     names = [f"worker-{n + 1}" for n in range(workers)]
     processes = [
-        context.Process(
-            target=cycle_worker, args=(str(path), durability, name, variant, go, results)
-        )
+        context.Process(target=cycle_worker, args=(str(path), durability, name, loop, go, results))
         for name in names
     ]
     for process in processes:
@@ -679,46 +668,42 @@ def workload_workers(
 ) -> None:
     """Each loop (by default the fused worker loop and the separate calls) with 1, 2 and 4
     processes, interleaved; every trial is checked: no step claimed twice, one receipt per
-    step. With ``--lock-wait both`` each loop runs with both lock waits, interleaved."""
+    step."""
     count = args.mp_steps
     counts = args.mp_counts
-    waits = list(LOCK_WAITS) if args.lock_wait == "both" else [args.lock_wait]
-    variants = [
-        loop if wait == "package" else f"{loop}/{wait}" for loop in args.loops for wait in waits
-    ]
-    results: dict[str, Samples] = {v: {str(n): [] for n in counts} for v in variants}
-    balance: dict[str, dict[str, list[int]]] = {v: {} for v in variants}
+    results: dict[str, Samples] = {v: {str(n): [] for n in counts} for v in args.loops}
+    balance: dict[str, dict[str, list[int]]] = {v: {} for v in args.loops}
     checked = ""
     for rep in range(args.reps):
         for workers in counts:
-            for n, variant in enumerate(variants):
+            for n, loop in enumerate(args.loops):
                 path = fresh_copy(templates.ours(count), scratch / f"mp-{n}-{workers}-{rep}.db")
-                rate, per_worker = run_workers(path, durability, workers, variant)
+                rate, per_worker = run_workers(path, durability, workers, loop)
                 checked = check_exactly_once(path, count)
-                results[variant][str(workers)].append(rate)
-                balance[variant][str(workers)] = per_worker
+                results[loop][str(workers)].append(rate)
+                balance[loop][str(workers)] = per_worker
     tag = f"[{durability}]"
     most = str(max(counts))
-    for variant in variants:
-        base = statistics.median(results[variant][str(counts[0])])
+    for loop in args.loops:
+        base = statistics.median(results[loop][str(counts[0])])
         for workers in counts:
-            samples = results[variant][str(workers)]
-            split = "/".join(str(n) for n in balance[variant][str(workers)])
+            samples = results[loop][str(workers)]
+            split = "/".join(str(n) for n in balance[loop][str(workers)])
             out(
-                f"{tag:8s} claim+complete, {variant} loop, {workers} worker process(es):"
+                f"{tag:8s} claim+complete, {loop} loop, {workers} worker process(es):"
                 f" {rate_line(samples)}  x{statistics.median(samples) / base:.2f} of"
                 f" {counts[0]} worker; last split {split}"
             )
         if counts[0] != 1 or most == "1":
             continue
-        value = statistics.median(results[variant][most]) / base
+        value = statistics.median(results[loop][most]) / base
         verdict = report.target(
-            f"3. {most} worker processes / 1 worker, {variant} loop [{durability}]",
+            f"3. {most} worker processes / 1 worker, {loop} loop [{durability}]",
             value,
             ">=",
             1.0,
         )
-        out(f"{tag:8s}   {variant} loop: {most} processes / 1 = {value:.2f} {verdict}")
+        out(f"{tag:8s}   {loop} loop: {most} processes / 1 = {value:.2f} {verdict}")
     if "fused" in results and "separate" in results and "1" in results["fused"]:
         value = statistics.median(results["fused"]["1"]) / statistics.median(
             results["separate"]["1"]
@@ -1234,12 +1219,6 @@ def parse_args() -> argparse.Namespace:
         "--loops",
         default="fused,separate",
         help=f"worker loops of workload 3, of {', '.join(LOOPS)} (default fused,separate)",
-    )
-    parser.add_argument(
-        "--lock-wait",
-        choices=[*LOCK_WAITS, "both"],
-        default="package",
-        help="workload 3: how a blocked writer waits for the lock (both: each, interleaved)",
     )
     parser.add_argument(
         "--mp-counts", default="1,2,4", help="workload 3: numbers of worker processes"
