@@ -608,8 +608,12 @@ def cycle_worker(db: str, durability: str, worker: str, loop: str, go: Any, resu
         results.put(("error", worker, traceback.format_exc(), 0.0))
 
 
-def run_workers(path: Path, durability: str, workers: int, loop: str) -> tuple[float, list[int]]:
-    """Start the processes, release them together; return (steps/s, steps per worker)."""
+def run_workers(
+    path: Path, durability: str, workers: int, loop: str
+) -> tuple[float, list[int], float]:
+    """Start the processes, release them together; return (steps/s, steps per worker, the
+    seconds from the first worker's end to the last's: how long the last took to notice
+    that no step was left, asleep in the busy handler or finishing its last step)."""
     context = multiprocessing.get_context("spawn")
     go = context.Event()
     results = context.Queue()
@@ -639,8 +643,9 @@ def run_workers(path: Path, durability: str, workers: int, loop: str) -> tuple[f
     claimed = [step for done, _ in finished.values() for step in done]
     if len(claimed) != len(set(claimed)):
         raise AssertionError("a step was claimed and completed by two workers")
-    elapsed = max(ended for _, ended in finished.values()) - started
-    return len(claimed) / elapsed, [len(finished[name][0]) for name in names]
+    ends = [ended for _, ended in finished.values()]
+    elapsed = max(ends) - started
+    return len(claimed) / elapsed, [len(finished[name][0]) for name in names], max(ends) - min(ends)
 
 
 def check_exactly_once(path: Path, expected: int) -> str:
@@ -673,12 +678,14 @@ def workload_workers(
     counts = args.mp_counts
     results: dict[str, Samples] = {v: {str(n): [] for n in counts} for v in args.loops}
     balance: dict[str, dict[str, list[int]]] = {v: {} for v in args.loops}
+    tails: dict[str, dict[str, list[float]]] = {v: {str(n): [] for n in counts} for v in args.loops}
     checked = ""
     for rep in range(args.reps):
         for workers in counts:
             for n, loop in enumerate(args.loops):
                 path = fresh_copy(templates.ours(count), scratch / f"mp-{n}-{workers}-{rep}.db")
-                rate, per_worker = run_workers(path, durability, workers, loop)
+                rate, per_worker, tail = run_workers(path, durability, workers, loop)
+                tails[loop][str(workers)].append(tail * 1000)
                 checked = check_exactly_once(path, count)
                 results[loop][str(workers)].append(rate)
                 balance[loop][str(workers)] = per_worker
@@ -692,7 +699,8 @@ def workload_workers(
             out(
                 f"{tag:8s} claim+complete, {loop} loop, {workers} worker process(es):"
                 f" {rate_line(samples)}  x{statistics.median(samples) / base:.2f} of"
-                f" {counts[0]} worker; last split {split}"
+                f" {counts[0]} worker; last split {split}; last worker's end after the first's"
+                f" {statistics.median(tails[loop][str(workers)]):.1f} ms (median)"
             )
         if counts[0] != 1 or most == "1":
             continue
@@ -713,6 +721,7 @@ def workload_workers(
     report.check(f"3. no step claimed twice [{durability}]", True, checked)
     report.put("3_workers", durability, "samples_per_s", results)
     report.put("3_workers", durability, "last_split", balance)
+    report.put("3_workers", durability, "tail_ms", tails)
 
 
 # ------------------------------------------------------------- 4. claim latency
