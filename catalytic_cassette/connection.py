@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -31,19 +30,6 @@ DEFAULT_BUSY_TIMEOUT_MS = 10_000
 # checkpoint); the WAL grows to about 16 MiB at 4 KiB pages (LAW.md, section 9).
 WAL_AUTOCHECKPOINT_PAGES = 4_000
 _NO_CAP = 2**63 - 1  # only the header of a ledger is read here
-# The write lock is waited for by the package, not by SQLite's busy handler. SQLite's
-# handler sleeps 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100 ms between tries (then 100 ms
-# each), so a writer blocked for a while sleeps on well after the lock is free: the last
-# of four worker processes ended 55-95 ms after the run ran out of steps. `begin_immediate`
-# tries BEGIN IMMEDIATE without the handler and sleeps between tries from 1 ms, growing by
-# half each time up to 5 ms (each sleep drawn between half and one and a half of that, so
-# waiters do not move in step); it gives up, with SQLite's own BUSY, once the busy
-# timeout has passed. Shorter sleeps (50-200 us, 0.5-2 ms) were measured and lost in some
-# runs: waiters that wake that often get in the lock holder's way (docs/BENCHMARKS.md,
-# "Issue 12, fifth pass: workers"). Every other wait keeps SQLite's handler.
-LOCK_POLL_FIRST_S = 1e-3
-LOCK_POLL_CAP_S = 5e-3
-_SQLITE_BUSY = 5
 # SQLite result codes (and their extended forms) that say the file cannot be read now
 # (locked, not permitted, an I/O failure), not that its pages or format are damaged.
 _CANNOT_READ = (
@@ -124,74 +110,18 @@ class CassetteConnection(sqlite3.Connection):
     """
 
     transaction_time: TransactionTime | None = None
-    # The busy timeout set by `connect`: write_transaction waits for the write lock itself
-    # up to it (None: a connection not opened by `connect` keeps SQLite's handler).
-    busy_timeout_ms: int | None = None
-    # SQLite's busy handler is off (busy_timeout 0) since `begin_immediate` turned it off
-    # to try BEGIN IMMEDIATE itself. It stays off through the write transaction, which
-    # holds the write lock (nothing it runs waits for a lock), and after it, so that a
-    # worker's next write transaction needs no PRAGMA; the first statement run outside a
-    # transaction (any execute, a cursor, a backup) sets the busy timeout back first.
-    busy_handler_off = False
-
-    def restore_busy_handler(self) -> None:
-        """Set the busy timeout back, unless a transaction holds the lock (see above)."""
-        if self.busy_handler_off and not self.in_transaction:
-            super().execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}").fetchall()
-            self.busy_handler_off = False
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
-        if self.busy_handler_off and not self.in_transaction:  # (no call on the hot path)
-            self.restore_busy_handler()
         try:
             return super().execute(sql, parameters)
         except (UnicodeEncodeError, OverflowError, sqlite3.ProgrammingError) as exc:
             raise _bad_parameter(exc) from exc
 
     def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
-        if self.busy_handler_off and not self.in_transaction:
-            self.restore_busy_handler()
         try:
             return super().executemany(sql, parameters)
         except (UnicodeEncodeError, OverflowError, sqlite3.ProgrammingError) as exc:
             raise _bad_parameter(exc) from exc
-
-    def executescript(self, sql_script: str, /) -> sqlite3.Cursor:
-        self.restore_busy_handler()
-        return super().executescript(sql_script)
-
-    def cursor(self, factory: Any = None) -> Any:
-        self.restore_busy_handler()
-        return super().cursor(_RestoringCursor if factory is None else factory)
-
-    def backup(self, target: sqlite3.Connection, **options: Any) -> None:
-        self.restore_busy_handler()
-        super().backup(target, **options)
-
-
-class _RestoringCursor(sqlite3.Cursor):
-    """A cursor of a CassetteConnection: a statement run through it outside a transaction
-    sets the connection's busy timeout back first, as the connection's own execute does."""
-
-    def execute(self, sql: str, parameters: Any = (), /) -> _RestoringCursor:
-        _restore(self.connection)
-        super().execute(sql, parameters)
-        return self
-
-    def executemany(self, sql: str, parameters: Any, /) -> _RestoringCursor:
-        _restore(self.connection)
-        super().executemany(sql, parameters)
-        return self
-
-    def executescript(self, sql_script: str, /) -> _RestoringCursor:
-        _restore(self.connection)
-        super().executescript(sql_script)
-        return self
-
-
-def _restore(conn: sqlite3.Connection) -> None:
-    if isinstance(conn, CassetteConnection):
-        conn.restore_busy_handler()
 
 
 def _bad_parameter(exc: Exception) -> Exception:
@@ -242,8 +172,6 @@ def connect(
     try:
         # Every PRAGMA is read to the end, so no statement is left open.
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}").fetchall()
-        if isinstance(conn, CassetteConnection):
-            conn.busy_timeout_ms = int(busy_timeout_ms)
         version = schema_version(conn)
         conn.execute(f"PRAGMA synchronous = {sync}").fetchall()
         conn.execute("PRAGMA foreign_keys = ON").fetchall()
@@ -454,7 +382,7 @@ class write_transaction:  # lower case: it is used as a function, `with write_tr
     def __enter__(self) -> sqlite3.Connection:
         conn = self._conn
         try:
-            begin_immediate(conn)
+            conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise _busy_or_translate(conn, exc) from exc
         _pin(conn, writing=True)
@@ -480,62 +408,6 @@ class write_transaction:  # lower case: it is used as a function, `with write_tr
             _pin(conn, writing=False)  # the transaction's time ends with it
         if self._after is not None:
             self._after()
-
-
-def begin_immediate(conn: sqlite3.Connection) -> None:
-    """BEGIN IMMEDIATE, waiting for the write lock up to the connection's busy timeout
-    in sleeps of 1-5 ms (``LOCK_POLL_FIRST_S``), not SQLite's busy handler; a connection
-    without ``busy_timeout_ms`` (not opened by `connect`) leaves the wait to SQLite.
-
-    SQLite's handler is turned off for the tries and left off through the transaction
-    (``CassetteConnection.busy_handler_off``): the next statement outside a transaction
-    sets the busy timeout back, so every other statement waits as before, and a worker
-    writing transaction after transaction pays no PRAGMA for it. When the timeout has
-    passed, the last try's sqlite3 error (SQLITE_BUSY) is raised, as SQLite's handler
-    would have raised it, with no transaction open and the busy timeout set back."""
-    timeout_ms = getattr(conn, "busy_timeout_ms", None)
-    if not timeout_ms or timeout_ms <= 0 or not isinstance(conn, CassetteConnection):
-        conn.execute("BEGIN IMMEDIATE")
-        return
-    if not conn.busy_handler_off:
-        conn.execute("PRAGMA busy_timeout = 0").fetchall()
-        conn.busy_handler_off = True
-    try:
-        # the base class's execute: the connection's own would set the timeout back
-        _base_execute(conn, "BEGIN IMMEDIATE")
-    except sqlite3.OperationalError as exc:
-        if getattr(exc, "sqlite_errorcode", 0) & 0xFF != _SQLITE_BUSY:
-            conn.restore_busy_handler()
-            raise
-    else:
-        return  # the lock was free: the common case, one try
-    try:
-        _wait_and_begin(conn, timeout_ms / 1000)
-    except BaseException:
-        conn.restore_busy_handler()  # no transaction is open: as configured again
-        raise
-
-
-_base_execute = sqlite3.Connection.execute  # (scripts/bench_levers.py stubs it with execute)
-
-
-def _wait_and_begin(conn: sqlite3.Connection, timeout_s: float) -> None:
-    """Sleep and try BEGIN IMMEDIATE again, after a first try met SQLITE_BUSY."""
-    started = time.monotonic()
-    delay = LOCK_POLL_FIRST_S
-    waited = 0.0
-    while True:
-        time.sleep(min(delay * (0.5 + random.random()), timeout_s - waited))
-        delay = min(delay * 1.5, LOCK_POLL_CAP_S)
-        try:
-            _base_execute(conn, "BEGIN IMMEDIATE")
-            return
-        except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", 0) & 0xFF != _SQLITE_BUSY:
-                raise
-            waited = time.monotonic() - started
-            if waited >= timeout_s:
-                raise
 
 
 def _roll_back(conn: sqlite3.Connection, exc: BaseException) -> None:

@@ -597,14 +597,9 @@ def workload_cycle(
 
 
 def cycle_worker(db: str, durability: str, worker: str, loop: str, go: Any, results: Any) -> None:
-    """A worker process: run ``LOOPS[loop]`` until the run has no pending step; a loop
-    named ``NAME/sqlite`` waits for the write lock in SQLite's busy handler (as before
-    issue 12's fifth pass) instead of the package's sleeps."""
-    loop, _, wait = loop.partition("/")
+    """A worker process: run ``LOOPS[loop]`` until the run has no pending step."""
     try:
         with MessageCassette(db, durability=durability) as cassette:
-            if wait == "sqlite":  # BEGIN IMMEDIATE waits in SQLite's busy handler
-                cassette.conn.busy_timeout_ms = None  # type: ignore[attr-defined]
             results.put(("ready", worker, None, 0.0))
             go.wait(timeout=120)
             done = LOOPS[loop](cassette, worker)
@@ -1238,12 +1233,6 @@ def parse_args() -> argparse.Namespace:
         "--mp-counts", default="1,2,4", help="workload 3: numbers of worker processes"
     )
     parser.add_argument(
-        "--lock-wait",
-        choices=["package", "sqlite", "both"],
-        default="package",
-        help="workload 3: how a blocked writer waits for the lock (both: each, interleaved)",
-    )
-    parser.add_argument(
         "--workloads",
         default="1,2,3,4,5,6,7,8",
         help="which workloads to run, by number (default all): --workloads 3 for the workers",
@@ -1258,9 +1247,6 @@ def parse_args() -> argparse.Namespace:
     args.loops = args.loops.split(",")
     if not set(args.loops) <= set(LOOPS):
         parser.error(f"--loops takes {', '.join(LOOPS)}: {args.loops!r}")
-    if args.lock_wait != "package":
-        waits = ["", "/sqlite"] if args.lock_wait == "both" else ["/sqlite"]
-        args.loops = [loop + wait for loop in args.loops for wait in waits]
     try:
         args.mp_counts = tuple(int(part) for part in args.mp_counts.split(","))
     except ValueError:

@@ -243,9 +243,6 @@ class _StubCursor:
     def fetchone(self) -> tuple[Any, ...] | None:
         return self.row
 
-    def fetchall(self) -> list[tuple[Any, ...]]:
-        return [] if self.row is None else [self.row]
-
 
 def python_only(args: argparse.Namespace, folder: Path) -> None:
     """The package's Python per call, SQLite replaced by a stub that answers at once: the
@@ -269,16 +266,13 @@ def python_only(args: argparse.Namespace, folder: Path) -> None:
             RUN, 7, WORKER, 1, RECEIPT, "SUCCESS", 600
         ),
     }
-    base = connection_module._base_execute  # BEGIN IMMEDIATE (connection.begin_immediate)
     setattr(connection_module.CassetteConnection, "execute", execute)  # noqa: B010
-    setattr(connection_module, "_base_execute", execute)  # noqa: B010
     try:
         for name, call in calls.items():
             best = min(timed(args.ops, call)[1] for _ in range(args.reps))
             print(f"[python] {name:18s} {best:6.1f} us per call outside SQLite")
     finally:
         setattr(connection_module.CassetteConnection, "execute", plain)  # noqa: B010
-        setattr(connection_module, "_base_execute", base)  # noqa: B010
         cassette.close()
 
 

@@ -446,10 +446,7 @@ def test_metrics_match_an_independent_count(
         chain.conn.set_trace_callback(statements.append)
         by_function = chain.metrics("function")
         chain.conn.set_trace_callback(None)
-        # one SQL statement (after the writes above, the busy timeout is set back first:
-        # LAW.md section 9)
-        statements = [s for s in statements if not s.startswith("PRAGMA busy_timeout = ")]
-        assert len(statements) == 1
+        assert len(statements) == 1  # one SQL statement
         by_capability = chain.metrics("capability")
     for result, kinds in ((by_function, None), (by_capability, "CapabilityCall")):
         expected = {}

@@ -643,20 +643,14 @@ def test_a_deep_forest_has_the_naive_depths() -> None:
 
 
 def traced(chain: CausalChain, call: Callable[[], Any]) -> list[str]:
-    """Every query the call runs, with its values bound (transaction control left out, and
-    the busy timeout set back after the fixture's writes: LAW.md section 9)."""
+    """Every query the call runs, with its values bound (transaction control left out)."""
     seen: list[str] = []
     chain.conn.set_trace_callback(seen.append)
     try:
         call()
     finally:
         chain.conn.set_trace_callback(None)
-    return [
-        s
-        for s in seen
-        if s.strip().upper() not in ("BEGIN", "COMMIT", "ROLLBACK")
-        and not s.startswith("PRAGMA busy_timeout = ")
-    ]
+    return [s for s in seen if s.strip().upper() not in ("BEGIN", "COMMIT", "ROLLBACK")]
 
 
 def query_plan(chain: CausalChain, sql: str) -> list[str]:
