@@ -417,9 +417,43 @@ def fused_loop(cassette: MessageCassette, worker: str) -> list[int]:
     return done
 
 
+def fused_yield_loop(cassette: MessageCassette, worker: str) -> list[int]:
+    """The fused loop, yielding the CPU (``os.sched_yield``) after each commit: a lever of
+    the fifth pass, kept here to be measured (``--loops fused-yield``)."""
+    done: list[int] = []
+    leased = cassette.claim_steps(RUN, worker, 1, TTL_SECONDS)
+    step = leased[0] if leased else None
+    while step is not None:
+        step_id = step["step_id"]
+        step = cassette.complete_and_claim(
+            RUN, step_id, worker, step["fencing_token"], RECEIPT, "SUCCESS", TTL_SECONDS
+        )["next"]
+        done.append(step_id)
+        os.sched_yield()
+    return done
+
+
+PREFETCH = 4
+
+
+def prefetch_loop(cassette: MessageCassette, worker: str) -> list[int]:
+    """A worker that leases PREFETCH steps per transaction (``claim_steps``), each with its
+    own lease and token, and completes them one by one (``complete_step``)."""
+    done: list[int] = []
+    while leased := cassette.claim_steps(RUN, worker, PREFETCH, TTL_SECONDS):
+        for step in leased:
+            cassette.complete_step(
+                RUN, step["step_id"], worker, step["fencing_token"], RECEIPT, "SUCCESS"
+            )
+            done.append(step["step_id"])
+    return done
+
+
 LOOPS: dict[str, Callable[[MessageCassette, str], list[int]]] = {
     "fused": fused_loop,
     "separate": separate_loop,
+    "fused-yield": fused_yield_loop,
+    "prefetch": prefetch_loop,
 }
 
 
@@ -590,8 +624,12 @@ def cycle_worker(db: str, durability: str, worker: str, loop: str, go: Any, resu
         results.put(("error", worker, traceback.format_exc(), 0.0))
 
 
-def run_workers(path: Path, durability: str, workers: int, loop: str) -> tuple[float, list[int]]:
-    """Start the processes, release them together; return (steps/s, steps per worker)."""
+def run_workers(
+    path: Path, durability: str, workers: int, loop: str
+) -> tuple[float, list[int], float]:
+    """Start the processes, release them together; return (steps/s, steps per worker, the
+    seconds from the first worker's end to the last's: how long the last took to notice
+    that no step was left, asleep in the busy handler or finishing its last step)."""
     context = multiprocessing.get_context("spawn")
     go = context.Event()
     results = context.Queue()
@@ -621,8 +659,9 @@ def run_workers(path: Path, durability: str, workers: int, loop: str) -> tuple[f
     claimed = [step for done, _ in finished.values() for step in done]
     if len(claimed) != len(set(claimed)):
         raise AssertionError("a step was claimed and completed by two workers")
-    elapsed = max(ended for _, ended in finished.values()) - started
-    return len(claimed) / elapsed, [len(finished[name][0]) for name in names]
+    ends = [ended for _, ended in finished.values()]
+    elapsed = max(ends) - started
+    return len(claimed) / elapsed, [len(finished[name][0]) for name in names], max(ends) - min(ends)
 
 
 def check_exactly_once(path: Path, expected: int) -> str:
@@ -648,43 +687,57 @@ def check_exactly_once(path: Path, expected: int) -> str:
 def workload_workers(
     report: Report, scratch: Path, templates: Templates, durability: str, args: argparse.Namespace
 ) -> None:
-    """Each loop (the fused worker loop and the separate calls) with 1, 2 and 4 processes,
-    interleaved; every trial is checked: no step claimed twice, one receipt per step."""
+    """Each loop (by default the fused worker loop and the separate calls) with 1, 2 and 4
+    processes, interleaved; every trial is checked: no step claimed twice, one receipt per
+    step."""
     count = args.mp_steps
-    counts = (1, 2, 4)
-    results: dict[str, Samples] = {loop: {str(n): [] for n in counts} for loop in LOOPS}
-    balance: dict[str, dict[str, list[int]]] = {loop: {} for loop in LOOPS}
+    counts = args.mp_counts
+    results: dict[str, Samples] = {v: {str(n): [] for n in counts} for v in args.loops}
+    balance: dict[str, dict[str, list[int]]] = {v: {} for v in args.loops}
+    tails: dict[str, dict[str, list[float]]] = {v: {str(n): [] for n in counts} for v in args.loops}
     checked = ""
     for rep in range(args.reps):
         for workers in counts:
-            for loop in LOOPS:
-                path = fresh_copy(templates.ours(count), scratch / f"mp-{loop}-{workers}-{rep}.db")
-                rate, per_worker = run_workers(path, durability, workers, loop)
+            for n, loop in enumerate(args.loops):
+                path = fresh_copy(templates.ours(count), scratch / f"mp-{n}-{workers}-{rep}.db")
+                rate, per_worker, tail = run_workers(path, durability, workers, loop)
+                tails[loop][str(workers)].append(tail * 1000)
                 checked = check_exactly_once(path, count)
                 results[loop][str(workers)].append(rate)
                 balance[loop][str(workers)] = per_worker
     tag = f"[{durability}]"
-    for loop in LOOPS:
-        base = statistics.median(results[loop]["1"])
+    most = str(max(counts))
+    for loop in args.loops:
+        base = statistics.median(results[loop][str(counts[0])])
         for workers in counts:
             samples = results[loop][str(workers)]
             split = "/".join(str(n) for n in balance[loop][str(workers)])
             out(
                 f"{tag:8s} claim+complete, {loop} loop, {workers} worker process(es):"
-                f" {rate_line(samples)}  x{statistics.median(samples) / base:.2f} of 1 worker;"
-                f" last split {split}"
+                f" {rate_line(samples)}  x{statistics.median(samples) / base:.2f} of"
+                f" {counts[0]} worker; last split {split}; last worker's end after the first's"
+                f" {statistics.median(tails[loop][str(workers)]):.1f} ms (median)"
             )
-        value = statistics.median(results[loop]["4"]) / base
+        if counts[0] != 1 or most == "1":
+            continue
+        value = statistics.median(results[loop][most]) / base
         verdict = report.target(
-            f"3. 4 worker processes / 1 worker, {loop} loop [{durability}]", value, ">=", 1.0
+            f"3. {most} worker processes / 1 worker, {loop} loop [{durability}]",
+            value,
+            ">=",
+            1.0,
         )
-        out(f"{tag:8s}   {loop} loop: 4 processes / 1 = {value:.2f} {verdict}")
-    value = statistics.median(results["fused"]["1"]) / statistics.median(results["separate"]["1"])
-    out(f"{tag:8s}   1 process, fused loop / separate calls = {value:.2f}")
+        out(f"{tag:8s}   {loop} loop: {most} processes / 1 = {value:.2f} {verdict}")
+    if "fused" in results and "separate" in results and "1" in results["fused"]:
+        value = statistics.median(results["fused"]["1"]) / statistics.median(
+            results["separate"]["1"]
+        )
+        out(f"{tag:8s}   1 process, fused loop / separate calls = {value:.2f}")
     out(f"{tag:8s}   no step claimed twice, in every trial: {checked}")
     report.check(f"3. no step claimed twice [{durability}]", True, checked)
     report.put("3_workers", durability, "samples_per_s", results)
     report.put("3_workers", durability, "last_split", balance)
+    report.put("3_workers", durability, "tail_ms", tails)
 
 
 # ------------------------------------------------------------- 4. claim latency
@@ -1194,6 +1247,19 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--bytes-records", type=int, default=5000)
     parser.add_argument("--no-huey", action="store_true", help="skip the huey baseline")
     parser.add_argument("--tmpdir", type=Path, default=None, help="where scratch files go")
+    parser.add_argument(
+        "--loops",
+        default="fused,separate",
+        help=f"worker loops of workload 3, of {', '.join(LOOPS)} (default fused,separate)",
+    )
+    parser.add_argument(
+        "--mp-counts", default="1,2,4", help="workload 3: numbers of worker processes"
+    )
+    parser.add_argument(
+        "--workloads",
+        default="1,2,3,4,5,6,7,8",
+        help="which workloads to run, by number (default all): --workloads 3 for the workers",
+    )
     args = parser.parse_args()
     if args.quick:
         args.reps, args.batch, args.max_pending = 1, 100, min(args.max_pending, 1000)
@@ -1201,6 +1267,19 @@ def parse_args() -> argparse.Namespace:
         args.post_probes, args.appends, args.appends_batched = 2, 50, 200
         args.cli_runs, args.bytes_records = 2, 200
     args.durabilities = ["full", "normal"] if args.durability == "both" else [args.durability]
+    args.loops = args.loops.split(",")
+    if not set(args.loops) <= set(LOOPS):
+        parser.error(f"--loops takes {', '.join(LOOPS)}: {args.loops!r}")
+    try:
+        args.mp_counts = tuple(int(part) for part in args.mp_counts.split(","))
+    except ValueError:
+        parser.error(f"--mp-counts takes numbers separated by commas: {args.mp_counts!r}")
+    try:
+        args.workloads = {int(part) for part in args.workloads.split(",")}
+    except ValueError:
+        parser.error(f"--workloads takes numbers 1-8 separated by commas: {args.workloads!r}")
+    if not args.workloads or not args.workloads <= set(range(1, 9)):
+        parser.error(f"--workloads takes numbers 1-8 separated by commas: {args.workloads!r}")
     return args
 
 
@@ -1238,28 +1317,36 @@ def main() -> None:
             ),
         ]
         for title, run in sections:
+            if int(title[0]) not in args.workloads:
+                continue
             out(f"\n== {title}")
             if title.startswith("2."):
                 out(CYCLE_EXPLAINED)
             for durability in args.durabilities:
                 run(durability)
-        out("\n== 4. claim latency by pending steps (p50, p99 of claim_step)")
-        ledger = workload_latency(report, scratch, args.durabilities, args)
-        out(
-            f"\n== 5. append_action, one per transaction ({args.appends:,} per rep) and"
-            f" batches of {args.batch:,} ({args.appends_batched:,} per rep)"
-            " (the code of scripts/bench_chain.py)"
-        )
-        for durability in args.durabilities:
-            workload_append(report, scratch, durability, args)
-        out("\n== 6. verify (the ledger of workload 4, in a child process)")
-        workload_verify(report, ledger)
-        out(f"\n== 7. CLI claim as a process, median of {args.cli_runs} interleaved runs")
-        for durability in args.durabilities:
-            workload_cli(report, scratch, templates, durability, args)
-        out("\n== 8. bytes on disk (file + WAL after a TRUNCATE checkpoint) / records")
-        for durability in args.durabilities:
-            workload_bytes(report, scratch, templates, durability, args)
+        ledger = None
+        if 4 in args.workloads or 6 in args.workloads:
+            out("\n== 4. claim latency by pending steps (p50, p99 of claim_step)")
+            ledger = workload_latency(report, scratch, args.durabilities, args)
+        if 5 in args.workloads:
+            out(
+                f"\n== 5. append_action, one per transaction ({args.appends:,} per rep) and"
+                f" batches of {args.batch:,} ({args.appends_batched:,} per rep)"
+                " (the code of scripts/bench_chain.py)"
+            )
+            for durability in args.durabilities:
+                workload_append(report, scratch, durability, args)
+        if ledger is not None and 6 in args.workloads:
+            out("\n== 6. verify (the ledger of workload 4, in a child process)")
+            workload_verify(report, ledger)
+        if 7 in args.workloads:
+            out(f"\n== 7. CLI claim as a process, median of {args.cli_runs} interleaved runs")
+            for durability in args.durabilities:
+                workload_cli(report, scratch, templates, durability, args)
+        if 8 in args.workloads:
+            out("\n== 8. bytes on disk (file + WAL after a TRUNCATE checkpoint) / records")
+            for durability in args.durabilities:
+                workload_bytes(report, scratch, templates, durability, args)
     elapsed = time.perf_counter() - started
     out("\n== targets")
     for row in report.data["targets"]:
