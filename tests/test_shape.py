@@ -17,7 +17,7 @@ import pytest
 
 from catalytic_cassette import connect, sqlfiles
 from catalytic_cassette.actions import COLUMNS as ACTION_COLUMNS
-from catalytic_cassette.verify.tables import TABLES
+from catalytic_cassette.verify.tables import DENSE_TABLES, TABLES
 
 # One journaling trigger: its event, its table, the key it journals and the row's columns.
 _JOURNAL_TRIGGER = re.compile(
@@ -106,3 +106,16 @@ def test_the_drift_check_sees_a_missing_column() -> None:
     labels = tuple(label for label, _ in _PAIR.findall(row["pairs"]))
     assert labels != TABLES["cassette_messages"].columns
     assert "source" not in labels
+
+
+def test_verify_checks_dense_ids_of_exactly_the_tables_the_sql_keeps_dense(
+    migrated: sqlite3.Connection,
+) -> None:
+    dense = {
+        table
+        for (table,) in migrated.execute(
+            "SELECT tbl_name FROM sqlite_schema"
+            " WHERE type = 'trigger' AND name = tbl_name || '_dense'"
+        )
+    }
+    assert dense and set(DENSE_TABLES) == dense

@@ -11,6 +11,7 @@ import hashlib
 import sqlite3
 
 from .findings import Collector, Finding, FindingKind, Severity
+from .tables import DENSE_TABLES, TABLES
 
 _CONSISTENCY: tuple[tuple[str, str, str, str], ...] = (
     (
@@ -103,6 +104,32 @@ def check_consistency(
                 severity=Severity.WARNING,
             )
         )
+
+
+def check_dense_ids(conn: sqlite3.Connection, out: Collector) -> None:
+    """Each dense table's ids run from 1 to its number of rows. The SQL refuses any other id
+    in AFTER triggers (`*_dense`, `*_in_order`), which a connection's own TEMP trigger ending
+    in RAISE(IGNORE) skips (LAW.md section 12 (a)); and the fast path pairs journal entries
+    with rows by rowid, so it would take a journaled id far ahead for the next one. One row
+    past the count is what makes every later honest insert fail OUT_OF_ORDER. Read from
+    the table's own b-tree: no index, no statistics."""
+    for table in DENSE_TABLES:
+        spec = TABLES[table]
+        (rows,) = conn.execute(f"SELECT count(*) FROM main.{table} NOT INDEXED").fetchone()
+        beyond = (
+            f"SELECT {spec.rowid}, {spec.key} FROM main.{table} NOT INDEXED"
+            f" WHERE {spec.rowid} > ? ORDER BY {spec.rowid}"
+        )
+        for rowid, key in conn.execute(beyond, (rows,)):
+            out.add(
+                Finding(
+                    FindingKind.ID_ORDER,
+                    f"id {rowid} is beyond the dense ids 1..{rows} of the table's {rows} rows",
+                    None,
+                    table,
+                    key,
+                )
+            )
 
 
 def _sha256_hex(text: str | bytes | None) -> str | None:

@@ -56,6 +56,7 @@ class FindingKind(str, Enum):
     EMPTY_JOB = "empty_job"
     RELEASE_MISMATCH = "release_mismatch"
     CHECKPOINT_ID = "checkpoint_id"
+    ID_ORDER = "id_order"
     LEASE_EXPIRED = "lease_expired"
     # time
     TIME_BACKWARDS = "time_backwards"

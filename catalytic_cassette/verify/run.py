@@ -29,7 +29,7 @@ from ..errors import CassetteError, ErrorCode
 from ..migrate import current_version, schema_version
 from .artifacts import check_artifacts
 from .chain import TreeWalk, check_chain
-from .consistency import check_checkpoint_ids, check_consistency
+from .consistency import check_checkpoint_ids, check_consistency, check_dense_ids
 from .findings import MAX_FINDINGS_PER_KIND, Collector, Finding, FindingKind, VerifyReport
 from .options import Level, VerifyOptions
 from .schema import check_schema, looks_like_a_ledger, recorded_version
@@ -330,6 +330,7 @@ class _SqlChecks:
                 )
             check_consistency(conn, self.rows, options.run_id, self.now_ms)
             check_checkpoint_ids(conn, self.rows)
+            check_dense_ids(conn, self.rows)
         except BaseException as exc:
             self.errors["rows"] = exc
 

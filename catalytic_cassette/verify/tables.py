@@ -100,6 +100,18 @@ TABLES: dict[str, LedgerTable] = {
     ),
 }
 MUTABLE_TABLES = frozenset({"cassette_steps"})
+# Tables whose ids the SQL keeps dense from 1 (their `*_dense` triggers; tests/test_shape.py
+# checks this against the migrated schema).
+DENSE_TABLES = (
+    "cassette_messages",
+    "cassette_jobs",
+    "cassette_steps",
+    "cassette_receipts",
+    "cassette_releases",
+    "cassette_actions",
+    "cassette_checkpoints",
+    "cassette_seals",
+)
 
 # The shape older callers know: table -> (key column, columns in journal-body order).
 LEDGER_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
