@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import safe_files, tree
-from .connection import ledger_time, write_transaction
+from .connection import ledger_time, read_transaction, write_transaction
 from .errors import CassetteError, ErrorCode
 from .note import Checkpoint, sign_note
 
@@ -91,6 +91,7 @@ def record_seal(
     """
     from .note import ed25519_key_id
 
+    ahead = _check_ahead(conn, private_key, origin, size)
     with write_transaction(conn):
         chosen = check_origin(origin if origin is not None else default_origin(conn))
         have = tree.size(conn)
@@ -101,7 +102,7 @@ def record_seal(
             raise CassetteError(
                 ErrorCode.INVALID_SEAL, f"cannot seal {size} entries of a ledger of {have}"
             )
-        root = _checked_root(conn, private_key, chosen, size)
+        root = _checked_root(conn, private_key, chosen, size, ahead)
         note = sign_note(Checkpoint(chosen, size, root).to_text(), chosen, private_key)
         key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
         now_ms = max(now_ms, ledger_time(conn))
@@ -127,25 +128,47 @@ RESTORE_ADVICE = (
 )
 
 
-def _checked_root(
-    conn: sqlite3.Connection, private_key: Ed25519PrivateKey, origin: str, size: int
-) -> bytes:
-    """The stored tree's root of the first ``size`` entries, once what it reads is checked
-    against the journal's bodies (LAW.md section 12 (b)); TREE_BROKEN otherwise.
+# A walk longer than this many entries is done before the seal takes the write lock (in a
+# read snapshot, other writers going on), and only what follows it inside the lock.
+AHEAD_MIN_ENTRIES = 8 * 4096
 
-    The stored nodes up to the newest checkpoint of at most ``size`` entries are taken as
-    checked: a seal of this ledger that this key signed for this origin, whose root the
-    stored tree still gives (a seal row alone is no checkpoint: anyone whose functions
-    satisfy the seal guard can insert one, but only the key's holder can sign it, and the
-    package signs only what it checked). From that checkpoint's last ``TreeWalk.BLOCK``
-    boundary on, every entry up to ``size`` and every stored node of the complete blocks
-    there are recomputed from the bodies by verify's own walk: ``O(size - checkpoint +
-    4096)`` hashes, or the whole journal when there is no checkpoint."""
-    from .verify.chain import TreeWalk, check_tree_from
 
-    stored = tree.StoredTree(conn)
-    checked = _checkpoint(conn, stored, private_key, origin, size)
-    start = checked - checked % TreeWalk.BLOCK
+def _check_ahead(
+    conn: sqlite3.Connection, private_key: Ed25519PrivateKey, origin: str | None, size: int | None
+) -> tuple[int, bytes] | None:
+    """Before the write lock: when the walk from the key's checkpoint would be long, walk
+    it in a read snapshot up to the last walk block (``TreeWalk.BLOCK``) of the size to
+    seal, and return that size with the root recomputed from the bodies; None otherwise.
+    A first seal of a large ledger so holds the lock for at most one block and what was
+    written since (``_checked_root`` takes this pair as a checkpoint once the stored tree
+    still gives its root). TREE_BROKEN if the walk finds the tree is not the bodies'."""
+    from .verify.chain import TreeWalk
+
+    with read_transaction(conn):
+        chosen = check_origin(origin if origin is not None else default_origin(conn))
+        have = tree.size(conn)
+        sealing = min(have if size is None else size, have)
+        target = sealing - sealing % TreeWalk.BLOCK
+        stored = tree.StoredTree(conn)
+        start = _walk_start(_checkpoint(conn, stored, private_key, chosen, sealing))
+        if target - start < AHEAD_MIN_ENTRIES:
+            return None
+        recomputed = _walk(conn, stored, start, target)
+    return target, recomputed
+
+
+def _walk_start(checked: int) -> int:
+    from .verify.chain import TreeWalk
+
+    return checked - checked % TreeWalk.BLOCK
+
+
+def _walk(conn: sqlite3.Connection, stored: tree.StoredTree, start: int, size: int) -> bytes:
+    """The root of the first ``size`` entries recomputed from the bodies from ``start`` on
+    (the stored nodes before it taken as checked), after every entry and stored node the
+    walk reaches was found as the bodies make them; TREE_BROKEN otherwise."""
+    from .verify.chain import check_tree_from
+
     edge = [
         (level, stored.subtree(level, (start >> (level + 1)) << 1))
         for level in range(start.bit_length() - 1, -1, -1)
@@ -166,6 +189,42 @@ def _checked_root(
             findings=[f.to_dict() for f in findings[:10]],  # verify names them all
         )
     return root
+
+
+def _checked_root(
+    conn: sqlite3.Connection,
+    private_key: Ed25519PrivateKey,
+    origin: str,
+    size: int,
+    ahead: tuple[int, bytes] | None = None,
+) -> bytes:
+    """The stored tree's root of the first ``size`` entries, once what it reads is checked
+    against the journal's bodies (LAW.md section 12 (b)); TREE_BROKEN otherwise.
+
+    The stored nodes up to the newest checkpoint of at most ``size`` entries are taken as
+    checked: a seal of this ledger that this key signed for this origin, whose root the
+    stored tree still gives (a seal row alone is no checkpoint: anyone whose functions
+    satisfy the seal guard can insert one, but only the key's holder can sign it, and the
+    package signs only what it checked), or ``ahead``, the size and root that
+    ``_check_ahead`` recomputed from the bodies before the lock, if the stored tree still
+    gives that root (the stored nodes the edge below reads are the ones that root reads).
+    From that checkpoint's last ``TreeWalk.BLOCK`` boundary on, every entry up to ``size``
+    and every stored node of the complete blocks there are recomputed from the bodies by
+    verify's own walk: ``O(size - checkpoint + 4096)`` hashes, or the whole journal when
+    there is no checkpoint."""
+    stored = tree.StoredTree(conn)
+    checked = _checkpoint(conn, stored, private_key, origin, size)
+    if ahead is not None and checked < ahead[0] <= size:
+        if stored.root(ahead[0]) != ahead[1]:
+            raise CassetteError(
+                ErrorCode.TREE_BROKEN,
+                f"the stored tree changed while its first {ahead[0]} entries were checked: "
+                + RESTORE_ADVICE,
+                size=size,
+                checked_from=0,
+            )
+        checked = ahead[0]
+    return _walk(conn, stored, _walk_start(checked), size)
 
 
 def _checkpoint(

@@ -334,10 +334,15 @@ def seal_costs(path: Path, scratch: Path, reps: int) -> None:
     source.backup(target)
     source.close()
     target.close()
-    checked = seals._checked_root
+    checked, ahead = seals._checked_root, seals._check_ahead
 
-    def unchecked(conn: sqlite3.Connection, key: object, origin: str, size: int) -> bytes:
+    def unchecked(
+        conn: sqlite3.Connection, key: object, origin: str, size: int, ahead: object = None
+    ) -> bytes:
         return tree.StoredTree(conn).root(size)
+
+    def no_ahead(*_: object) -> None:
+        return None
 
     import catalytic_cassette.verify.chain  # noqa: F401  (imports are not the seal's cost)
 
@@ -347,8 +352,12 @@ def seal_costs(path: Path, scratch: Path, reps: int) -> None:
         head = tree.size(conn)
         gap = min(10_000, head // 2)
         for _ in range(reps):
-            for label, check in (("checked", checked), ("unchecked", unchecked)):
+            for label, check, before in (
+                ("checked", checked, ahead),
+                ("unchecked", unchecked, no_ahead),
+            ):
                 seals._checked_root = check  # type: ignore[assignment]
+                seals._check_ahead = before  # type: ignore[assignment]
                 key = Ed25519PrivateKey.generate()
                 for step, size in (
                     ("first seal (no checkpoint)", tree.size(conn) - gap),
@@ -359,7 +368,7 @@ def seal_costs(path: Path, scratch: Path, reps: int) -> None:
                     seals.record_seal(conn, key, now_ms=0, origin=None, size=size)
                     samples.setdefault(f"{step}, {label}", []).append(time.perf_counter() - start)
     finally:
-        seals._checked_root = checked  # type: ignore[assignment]
+        seals._checked_root, seals._check_ahead = checked, ahead  # type: ignore[assignment]
         conn.close()
         for part in scratch.glob(f"{copy.name}*"):
             part.unlink()

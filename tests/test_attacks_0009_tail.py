@@ -783,3 +783,95 @@ def test_c_a_v8_ledger_sealed_inside_its_last_block_keeps_its_seals_and_complete
         str(path), anchors=load_anchors(seals), seal_key=KEY.public_key(), origin=origin
     )
     assert anchored.ok and anchored.anchored, anchored.to_dict()
+
+
+def _spied_walks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(start, size) of every walk a seal makes, in order."""
+    from catalytic_cassette.verify import chain
+
+    walks: list[tuple[int, int]] = []
+    real = chain.check_tree_from
+
+    def spy(conn: sqlite3.Connection, start: int, size: int, edge: Any) -> Any:
+        walks.append((start, size))
+        return real(conn, start, size, edge)
+
+    monkeypatch.setattr(chain, "check_tree_from", spy)
+    return walks
+
+
+def test_a_long_walk_is_done_before_the_lock_and_only_the_rest_inside_it(
+    ledger: tuple[Path, ManualClock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key's first seal of a ledger longer than the threshold walks up to the last walk
+    block in a read snapshot, then, under the write lock, only from there: it signs the
+    bodies' root all the same, and a second seal starts from the first."""
+    from catalytic_cassette import seals
+
+    monkeypatch.setattr(seals, "AHEAD_MIN_ENTRIES", 4096)
+    walks = _spied_walks(monkeypatch)
+    path, clock = ledger
+    _grow(path, clock, 2 * 4096 + 300)
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        conn = cassette.conn
+        size = _entries(conn)
+        seal = record_seal(conn, KEY, now_ms=0, origin=None)
+        assert seal.root == _bodies_root(conn, seal.tree_size) and seal.tree_size == size
+        assert walks == [(0, 8192), (8192, size)]
+        record_seal(conn, KEY, now_ms=0, origin=None)
+        assert walks[2:] == [(8192, size + 1)]  # from the first seal: below the threshold
+    assert verify_path(str(path)).ok
+
+
+@pytest.mark.parametrize(
+    "plant", [_forged_block_end, _edited_block_root], ids=["b-node-hash", "c-bytes"]
+)
+def test_the_walk_before_the_lock_refuses_a_forged_tree_and_writes_nothing(
+    ledger: tuple[Path, ManualClock],
+    monkeypatch: pytest.MonkeyPatch,
+    plant: Callable[[Path, ManualClock], None],
+) -> None:
+    from catalytic_cassette import seals
+
+    monkeypatch.setattr(seals, "AHEAD_MIN_ENTRIES", 4096)
+    walks = _spied_walks(monkeypatch)
+    path, clock = ledger
+    plant(path, clock)
+    _grow(path, clock, 4096 + 300)
+    before = (dump(path), file_digest(path))
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        with pytest.raises(CassetteError) as refused:
+            record_seal(cassette.conn, KEY, now_ms=0, origin=None)
+        assert not cassette.conn.in_transaction
+    assert refused.value.code is ErrorCode.TREE_BROKEN
+    assert walks == [(0, 4096)]  # refused before the write lock
+    assert (dump(path), file_digest(path)) == before
+
+
+def test_a_tree_changed_between_the_walk_and_the_lock_is_refused(
+    ledger: tuple[Path, ManualClock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the walk before the lock checked counts only if the stored tree still gives
+    the root it recomputed once the lock is held: a node changed in between (here: the
+    walk's answer replaced, as if the bytes had moved under it) refuses the seal."""
+    from catalytic_cassette import seals
+
+    monkeypatch.setattr(seals, "AHEAD_MIN_ENTRIES", 4096)
+    real = seals._check_ahead
+
+    def moved(*args: Any) -> tuple[int, bytes] | None:
+        found = real(*args)
+        assert found is not None
+        return found[0], b"\x77" * 32
+
+    monkeypatch.setattr(seals, "_check_ahead", moved)
+    path, clock = ledger
+    _grow(path, clock, 4096 + 300)
+    before = (dump(path), file_digest(path))
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        with pytest.raises(CassetteError) as refused:
+            record_seal(cassette.conn, KEY, now_ms=0, origin=None)
+        assert not cassette.conn.in_transaction
+    assert refused.value.code is ErrorCode.TREE_BROKEN
+    assert "changed while" in refused.value.message
+    assert (dump(path), file_digest(path)) == before
