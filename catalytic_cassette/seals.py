@@ -93,7 +93,7 @@ def record_seal(
 
     ahead = _check_ahead(conn, private_key, origin, size)
     with write_transaction(conn):
-        chosen = check_origin(origin if origin is not None else default_origin(conn))
+        chosen = _origin(conn, origin)
         have = tree.size(conn)
         size = have if size is None else size
         if size == 0:
@@ -128,8 +128,8 @@ RESTORE_ADVICE = (
 )
 
 
-# A walk longer than this many entries is done before the seal takes the write lock (in a
-# read snapshot, other writers going on), and only what follows it inside the lock.
+# A walk longer than this many entries (8 walk blocks) is done before the seal takes the
+# write lock (in a read snapshot, other writers going on), and only what follows it inside.
 AHEAD_MIN_ENTRIES = 8 * 4096
 
 
@@ -142,13 +142,13 @@ def _check_ahead(
     A first seal of a large ledger so holds the lock for at most one block and what was
     written since (``_checked_root`` takes this pair as a checkpoint once the stored tree
     still gives its root). TREE_BROKEN if the walk finds the tree is not the bodies'."""
-    from .verify.chain import TreeWalk
-
     with read_transaction(conn):
-        chosen = check_origin(origin if origin is not None else default_origin(conn))
+        chosen = _origin(conn, origin)
         have = tree.size(conn)
-        sealing = min(have if size is None else size, have)
-        target = sealing - sealing % TreeWalk.BLOCK
+        sealing = have if size is None else size
+        if not 0 < sealing <= have:
+            return None  # refused under the lock, with its reason
+        target = _walk_start(sealing)
         stored = tree.StoredTree(conn)
         start = _walk_start(_checkpoint(conn, stored, private_key, chosen, sealing))
         if target - start < AHEAD_MIN_ENTRIES:
@@ -157,10 +157,15 @@ def _check_ahead(
     return target, recomputed
 
 
-def _walk_start(checked: int) -> int:
+def _origin(conn: sqlite3.Connection, origin: str | None) -> str:
+    return check_origin(origin if origin is not None else default_origin(conn))
+
+
+def _walk_start(entries: int) -> int:
+    """The last boundary of verify's walk blocks (``TreeWalk.BLOCK``) at or before it."""
     from .verify.chain import TreeWalk
 
-    return checked - checked % TreeWalk.BLOCK
+    return entries - entries % TreeWalk.BLOCK
 
 
 def _walk(conn: sqlite3.Connection, stored: tree.StoredTree, start: int, size: int) -> bytes:

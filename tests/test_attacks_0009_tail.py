@@ -424,23 +424,29 @@ def test_a_refused_seal_leaves_the_file_byte_for_byte_unchanged(
     assert (dump(path), file_digest(path)) == before
 
 
+def _spied_walks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(start, size) of every walk a seal makes, in order."""
+    from catalytic_cassette.verify import chain
+
+    walks: list[tuple[int, int]] = []
+    real = chain.check_tree_from
+
+    def spy(conn: sqlite3.Connection, start: int, size: int, edge: Any) -> Any:
+        walks.append((start, size))
+        return real(conn, start, size, edge)
+
+    monkeypatch.setattr(chain, "check_tree_from", spy)
+    return walks
+
+
 def test_an_honest_ledger_seals_as_before_each_seal_checking_from_the_last(
     ledger: tuple[Path, ManualClock], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Seals at sizes in and around blocks and walk blocks (4096), of the head and of
     less: each signs the bodies' root, and each checks from its key's newest signed
     seal at or below its size, at that seal's walk block; verify agrees."""
-    from catalytic_cassette.verify import chain
-
     path, clock = ledger
-    starts: list[int] = []
-    real = chain.check_tree_from
-
-    def spy(conn: sqlite3.Connection, start: int, size: int, edge: Any) -> Any:
-        starts.append(start)
-        return real(conn, start, size, edge)
-
-    monkeypatch.setattr(chain, "check_tree_from", spy)
+    walks = _spied_walks(monkeypatch)
     other = Ed25519PrivateKey.from_private_bytes(bytes(range(1, 33)))
     plan = [  # (grow to, size to seal or None for the head, key, walk expected from)
         (300, None, KEY, 0),
@@ -460,7 +466,7 @@ def test_an_honest_ledger_seals_as_before_each_seal_checking_from_the_last(
                 _grow(path, clock, head)
             seal = record_seal(conn, key, now_ms=0, origin=None, size=size)
             assert seal.root == _bodies_root(conn, seal.tree_size), (head, size)
-            assert starts[-1] == expected, (head, size, starts)
+            assert walks[-1][0] == expected, (head, size, walks)
     assert verify_path(str(path)).ok
 
 
@@ -783,21 +789,6 @@ def test_c_a_v8_ledger_sealed_inside_its_last_block_keeps_its_seals_and_complete
         str(path), anchors=load_anchors(seals), seal_key=KEY.public_key(), origin=origin
     )
     assert anchored.ok and anchored.anchored, anchored.to_dict()
-
-
-def _spied_walks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """(start, size) of every walk a seal makes, in order."""
-    from catalytic_cassette.verify import chain
-
-    walks: list[tuple[int, int]] = []
-    real = chain.check_tree_from
-
-    def spy(conn: sqlite3.Connection, start: int, size: int, edge: Any) -> Any:
-        walks.append((start, size))
-        return real(conn, start, size, edge)
-
-    monkeypatch.setattr(chain, "check_tree_from", spy)
-    return walks
 
 
 def test_a_long_walk_is_done_before_the_lock_and_only_the_rest_inside_it(
