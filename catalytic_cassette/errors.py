@@ -1,4 +1,5 @@
-"""The one place where sqlite3 errors become CassetteError with a stable code."""
+"""The stable codes, and the one place where sqlite3 errors become CassetteError (the
+PostgreSQL backend's psycopg errors: ``postgresql/connection.translate``)."""
 
 from __future__ import annotations
 
@@ -97,6 +98,8 @@ class ErrorCode(str, Enum):
     DATABASE_ERROR = "DATABASE_ERROR"
     USAGE = "USAGE"  # the CLI: an unknown option, a missing input file, a bad number
     INTERRUPTED = "INTERRUPTED"  # the CLI: Ctrl-C
+    PERMISSION_DENIED = "PERMISSION_DENIED"  # PostgreSQL: the session's role may not
+    BACKEND_UNSUPPORTED = "BACKEND_UNSUPPORTED"  # not (yet) available on this backend
 
 
 class CassetteError(Exception):
@@ -121,12 +124,20 @@ _CHECK = re.compile(r"^CHECK constraint failed: ([A-Z][A-Z_]+)")
 _CODES = {code.value: code for code in ErrorCode}
 
 
+def code_of(text: str) -> tuple[ErrorCode, str] | None:
+    """The code and message of a refusal the ledger's SQL raised as 'CODE: text'."""
+    raised = _RAISED.match(text)
+    if raised and raised.group(1) in _CODES:
+        return _CODES[raised.group(1)], raised.group(2)
+    return None
+
+
 def translate(exc: sqlite3.Error) -> CassetteError:
     """Map a sqlite3 error to a CassetteError; call as ``raise translate(e) from e``."""
     text = str(exc)
-    raised = _RAISED.match(text)
-    if raised and raised.group(1) in _CODES:
-        return CassetteError(_CODES[raised.group(1)], raised.group(2))
+    coded = code_of(text)
+    if coded is not None:
+        return CassetteError(*coded)
     check = _CHECK.match(text)
     if check and check.group(1) in _CODES:
         return CassetteError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .clock import Clock, SystemClock
 from .connection import (
@@ -15,6 +15,7 @@ from .connection import (
     ledger_now,
     write_transaction,
 )
+from .postgresql import is_postgres_url
 
 if TYPE_CHECKING:
     from .seals import AutoSeal
@@ -33,7 +34,20 @@ class LedgerFile:
 
     ``read_only=True`` opens an existing, current ledger without ever writing it: a
     missing file is CANNOT_OPEN instead of a new empty ledger, and writes are refused.
+
+    A ``postgresql://`` URL instead of a path opens a PostgreSQL ledger: the class's
+    PostgreSQL counterpart is chosen here, once (``postgresql/ledgers.py``).
     """
+
+    def __new__(
+        cls: type[L], db_path: str | os.PathLike[str] | None = None, *_: Any, **__: Any
+    ) -> L:
+        target = os.fspath(db_path) if db_path is not None else default_db_path()
+        if is_postgres_url(target):
+            from .postgresql.ledgers import postgres_class
+
+            return object.__new__(postgres_class(cls))
+        return object.__new__(cls)
 
     def __init__(
         self,

@@ -1,0 +1,334 @@
+"""MessageCassette on PostgreSQL: the same methods, arguments, results and codes.
+
+Arguments are checked and encoded by the SQLite class's own helpers; each method is one
+transaction calling the worker's SECURITY DEFINER functions (0002_roles.sql), so the
+server's triggers hold the law and date every row. Chosen once, when a ledger is opened
+with a PostgreSQL URL (``LedgerFile.__new__``); nothing here branches on the backend.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from .. import payloads
+from ..cassette import (
+    OUTCOMES,
+    STATUSES,
+    MessageCassette,
+    _Completion,
+    _indexed,
+    _integer,
+    _name,
+    _prepare_complete,
+    _ttl_ms,
+)
+from ..clock import Clock, SystemClock
+from ..connection import DEFAULT_BUSY_TIMEOUT_MS, resolve_durability
+from ..errors import CassetteError, ErrorCode
+from ..lease_limits import DEFAULT_TTL_SECONDS
+from ..ledger import default_db_path
+from . import connection
+from .sqlfiles import query
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    import psycopg
+
+    from ..connection import write_transaction
+    from ..seals import AutoSeal
+    from ..verify import VerifyReport
+    from ..worker_keys import PinnedKey, WorkerKey
+
+
+def unsupported(what: str) -> NoReturn:
+    raise CassetteError(
+        ErrorCode.BACKEND_UNSUPPORTED, f"{what} is not available on a PostgreSQL ledger yet"
+    )
+
+
+class PgMessageCassette(MessageCassette):
+    """Messages -> jobs -> steps -> receipts in a PostgreSQL database."""
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        clock: Clock | None = None,
+        durability: str | None = None,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        auto_seal: AutoSeal | None = None,
+        worker_key: WorkerKey | None = None,
+        read_only: bool = False,
+    ) -> None:
+        if clock is not None and not isinstance(clock, SystemClock):
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                "a PostgreSQL ledger keeps the server's time; it takes no clock",
+            )
+        if worker_key is not None:
+            unsupported("signing with a worker key")
+        if auto_seal is not None:
+            unsupported("automatic sealing")
+        self.worker_key = None
+        self.auto_seal = None
+        self.clock = SystemClock()
+        self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
+        self.pg: psycopg.Connection[Any] = connection.connect(
+            self.db_path,
+            durability=resolve_durability(durability),
+            busy_timeout_ms=busy_timeout_ms,
+            read_only=read_only,
+        )
+
+    def _fetch(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
+        """One named query in its own transaction."""
+        with connection.transaction(self.pg) as conn:
+            return conn.execute(query(name), params).fetchall()
+
+    # --------------------------------------------------------------- the ledger
+
+    def now_ms(self) -> int:
+        """The ledger's time now: the server's clock, never earlier than the last write."""
+        return int(self._fetch("server_now")[0][0])
+
+    def ledger_now(self, conn: sqlite3.Connection) -> int:
+        unsupported("ledger_now on a SQLite connection")
+
+    def write(self) -> write_transaction:
+        unsupported("a raw SQLite write transaction")
+
+    def close(self) -> None:
+        self.pg.close()
+
+    # -------------------------------------------------------------------- posts
+
+    def post_messages(
+        self, items: list[tuple[dict[str, Any], str, str, str | None]]
+    ) -> list[tuple[int, int]]:
+        prepared = [
+            _indexed(index, len(items), self._prepare_post, *item)
+            for index, item in enumerate(items)
+        ]
+        results: list[tuple[int, int]] = []
+        with connection.transaction(self.pg) as conn:
+            for index, (payload_json, plans, run_id, source, key) in enumerate(prepared):
+                params = {
+                    "run_id": run_id,
+                    "source": source,
+                    "idempotency_key": key,
+                    "payload_json": payload_json,
+                    "intents": [plan.intent for plan in plans],
+                    "step_counts": [len(plan.steps) for plan in plans],
+                    "step_payloads": [step for plan in plans for step in plan.steps],
+                }
+                row = _indexed(index, len(prepared), self._post_one, conn, params)
+                results.append((int(row[0]), int(row[1])))
+        return results
+
+    @staticmethod
+    def _post_one(conn: psycopg.Connection[Any], params: dict[str, Any]) -> tuple[Any, ...]:
+        try:
+            with conn.transaction():  # a savepoint: the batch's error names its item
+                row = conn.execute(query("post"), params).fetchone()
+        except Exception as exc:
+            raise connection.translate(exc) from exc
+        assert row is not None
+        return tuple(row)
+
+    # ------------------------------------------------------------------- claims
+
+    def claim_steps(
+        self, run_id: str, worker_id: str, n: int, ttl_seconds: float = DEFAULT_TTL_SECONDS
+    ) -> list[dict[str, Any]]:
+        _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
+        _name(worker_id, ErrorCode.INVALID_WORKER, "worker_id")
+        if _integer(n, ErrorCode.INVALID_ARGUMENT, "n") < 1:
+            raise CassetteError(ErrorCode.INVALID_ARGUMENT, "n must be at least 1")
+        ttl = _ttl_ms(ttl_seconds)
+        rows = self._fetch(
+            "claim", run_id=run_id, worker_id=worker_id, n=min(n, 2**31 - 1), ttl_ms=ttl
+        )
+        return [_leased(row, run_id, worker_id) for row in rows]
+
+    # ---------------------------------------------------------------- completes
+
+    def complete_step(
+        self,
+        run_id: str,
+        step_id: int,
+        worker_id: str,
+        fencing_token: int,
+        receipt_payload: dict[str, Any],
+        outcome: str,
+    ) -> int:
+        item = _prepare_complete(
+            run_id, step_id, worker_id, fencing_token, receipt_payload, outcome
+        )
+        with connection.transaction(self.pg) as conn:
+            return _complete(conn, item)
+
+    def complete_and_claim(
+        self,
+        run_id: str,
+        step_id: int,
+        worker_id: str,
+        fencing_token: int,
+        receipt_payload: dict[str, Any],
+        outcome: str,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+    ) -> dict[str, Any]:
+        item = _prepare_complete(
+            run_id, step_id, worker_id, fencing_token, receipt_payload, outcome
+        )
+        ttl = _ttl_ms(ttl_seconds)
+        with connection.transaction(self.pg) as conn:
+            receipt_id = _complete(conn, item)
+            rows = conn.execute(
+                query("claim"), {"run_id": run_id, "worker_id": worker_id, "n": 1, "ttl_ms": ttl}
+            ).fetchall()
+        return {
+            "receipt_id": receipt_id,
+            "step_id": step_id,
+            "next": _leased(rows[0], run_id, worker_id) if rows else None,
+        }
+
+    def complete_steps(
+        self, items: list[tuple[str, int, str, int, dict[str, Any], str]]
+    ) -> list[int]:
+        prepared = [
+            _indexed(index, len(items), _prepare_complete, *item)
+            for index, item in enumerate(items)
+        ]
+        with connection.transaction(self.pg) as conn:
+            return [
+                _indexed(index, len(prepared), _complete_saved, conn, item)
+                for index, item in enumerate(prepared)
+            ]
+
+    # ----------------------------------------------------------------- requeues
+
+    def requeue(
+        self,
+        run_id: str,
+        step_id: int | None = None,
+        *,
+        worker_id: str | None = None,
+        fencing_token: int | None = None,
+        max_attempts: int | None = None,
+    ) -> list[dict[str, Any]]:
+        _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
+        if step_id is not None:
+            _integer(step_id, ErrorCode.STEP_NOT_FOUND, "step_id")
+        if (
+            max_attempts is not None
+            and _integer(max_attempts, ErrorCode.INVALID_ARGUMENT, "max_attempts") < 1
+        ):
+            raise CassetteError(ErrorCode.INVALID_ARGUMENT, "max_attempts must be at least 1")
+        if worker_id is not None:
+            if step_id is None or fencing_token is None:
+                raise CassetteError(
+                    ErrorCode.INVALID_ARGUMENT, "a release names the step and the holder's token"
+                )
+            _name(worker_id, ErrorCode.INVALID_WORKER, "worker_id")
+            _integer(fencing_token, ErrorCode.INVALID_TOKEN, "fencing_token")
+            self._fetch(
+                "release",
+                run_id=run_id,
+                step_id=step_id,
+                worker_id=worker_id,
+                fencing_token=fencing_token,
+            )
+            return [{"step_id": step_id, "action": "released", "fencing_token": fencing_token}]
+        rows = self._fetch("requeue", run_id=run_id, step_id=step_id, max_attempts=max_attempts)
+        return [{"step_id": s, "action": a, "fencing_token": t} for s, a, t in rows]
+
+    # -------------------------------------------------------------------- reads
+
+    def status(self, run_id: str) -> dict[str, Any]:
+        _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
+        steps = dict.fromkeys(STATUSES, 0)
+        receipts = dict.fromkeys(OUTCOMES, 0)
+        with connection.transaction(self.pg) as conn:  # one snapshot for every count
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            for state, count in conn.execute(query("steps_by_status"), {"run_id": run_id}):
+                steps[state] = count
+            for outcome, count in conn.execute(query("receipts_by_outcome"), {"run_id": run_id}):
+                receipts[outcome] = count
+            expired = conn.execute(query("expired_leases"), {"run_id": run_id}).fetchone()
+            messages = conn.execute(query("messages_of_run"), {"run_id": run_id}).fetchone()
+        return {
+            "run_id": run_id,
+            "messages": messages[0] if messages else 0,
+            "steps": steps,
+            "receipts": receipts,
+            "expired_leases": expired[0] if expired else 0,
+        }
+
+    def get_step(self, step_id: int) -> dict[str, Any]:
+        _integer(step_id, ErrorCode.STEP_NOT_FOUND, "step_id")
+        rows = self._fetch("step", step_id=step_id)
+        if not rows:
+            raise CassetteError(ErrorCode.STEP_NOT_FOUND, f"no step {step_id}")
+        row = rows[0]
+        keys = (
+            "step_id",
+            "job_id",
+            "run_id",
+            "message_id",
+            "ordinal",
+            "status",
+            "lease_owner",
+            "lease_expires_at",
+            "fencing_token",
+        )
+        return {**dict(zip(keys, row[:9], strict=False)), "payload": payloads.loads(row[9])}
+
+    def verify_cassette(
+        self, run_id: str | None = None, *, worker_keys: dict[str, PinnedKey] | None = None
+    ) -> VerifyReport:
+        unsupported("verify")
+
+
+def _leased(row: tuple[Any, ...], run_id: str, worker_id: str) -> dict[str, Any]:
+    """A claim's lease, as MessageCassette.claim_step returns it."""
+    return {
+        "step_id": row[0],
+        "job_id": row[1],
+        "message_id": row[2],
+        "ordinal": row[3],
+        "payload": payloads.loads(row[4]),
+        "fencing_token": row[5],
+        "lease_expires_at": row[6],
+        "run_id": run_id,
+        "worker_id": worker_id,
+    }
+
+
+def _complete(conn: psycopg.Connection[Any], item: _Completion) -> int:
+    run_id, step_id, worker_id, token, outcome, receipt = item
+    row = conn.execute(
+        query("complete"),
+        {
+            "run_id": run_id,
+            "step_id": step_id,
+            "worker_id": worker_id,
+            "fencing_token": token,
+            "outcome": outcome,
+            "receipt_json": receipt,
+        },
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _complete_saved(conn: psycopg.Connection[Any], item: _Completion) -> int:
+    """One completion of a batch in a savepoint, so its refusal can name its index."""
+    try:
+        with conn.transaction():
+            return _complete(conn, item)
+    except Exception as exc:
+        if isinstance(exc, CassetteError):
+            raise
+        raise connection.translate(exc) from exc

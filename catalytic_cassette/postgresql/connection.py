@@ -1,0 +1,188 @@
+"""Open a PostgreSQL ledger: settings, migrations, one transaction per call, and the one
+place where psycopg errors become CassetteError."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import CassetteError, ErrorCode, code_of
+from . import sqlfiles
+
+try:  # psycopg is an optional dependency: only a PostgreSQL URL needs it
+    import psycopg
+    from psycopg import errors as pg_errors
+except ImportError:  # pragma: no cover - exercised only without the extra installed
+    psycopg = None  # type: ignore[assignment]
+
+MIN_SERVER_VERSION = 150000
+# One key for every migration of every ledger: two hosts opening a new ledger at once
+# take turns, and the second finds it current.
+_MIGRATION_LOCK = 0x636173736574  # "casset"
+_SYNCHRONOUS_COMMIT = {"full": "on", "normal": "off"}
+_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    return _URL_PASSWORD.sub(r"\1***@", url)
+
+
+def translate(exc: Exception) -> CassetteError:
+    """Map a psycopg error to a CassetteError; call as ``raise translate(e) from e``."""
+    if psycopg is None or not isinstance(exc, psycopg.Error):
+        return CassetteError(ErrorCode.DATABASE_ERROR, str(exc))
+    diag = exc.diag
+    text = diag.message_primary or str(exc)
+    state = exc.sqlstate or ""
+    if state == "P0001":
+        coded = code_of(text)
+        if coded is not None:
+            error = CassetteError(*coded)
+            if coded[0] is ErrorCode.IDEMPOTENCY_CONFLICT and (diag.message_detail or "").isdigit():
+                error.detail["message_id"] = int(diag.message_detail or "0")
+            return error
+    if isinstance(exc, pg_errors.InsufficientPrivilege):
+        return CassetteError(ErrorCode.PERMISSION_DENIED, text)
+    if state.startswith("40") or state == "55P03":  # serialization, deadlock, lock timeout
+        return CassetteError(ErrorCode.BUSY, f"the ledger is busy ({text})")
+    if state.startswith("23"):
+        return CassetteError(ErrorCode.CONSTRAINT_VIOLATION, text)
+    if state.startswith("22"):  # a value the server cannot take (NUL in text, a range)
+        return CassetteError(ErrorCode.INVALID_ARGUMENT, text)
+    if isinstance(exc, psycopg.OperationalError) or state.startswith("08"):
+        return CassetteError(ErrorCode.CANNOT_OPEN, text)
+    return CassetteError(ErrorCode.DATABASE_ERROR, text)
+
+
+def _require_psycopg() -> None:
+    if psycopg is None:  # pragma: no cover - exercised only without the extra installed
+        raise CassetteError(
+            ErrorCode.CANNOT_OPEN,
+            "a PostgreSQL ledger needs psycopg: pip install 'catalytic-cassette[postgresql]'",
+        )
+
+
+def connect(
+    url: str, *, durability: str, busy_timeout_ms: int, read_only: bool = False
+) -> psycopg.Connection[Any]:
+    """An autocommit connection (every write opens its own transaction), migrated to the
+    package's schema unless ``read_only``."""
+    _require_psycopg()
+    try:
+        conn = psycopg.connect(url, autocommit=True, application_name="catalytic-cassette")
+    except psycopg.Error as exc:
+        raise CassetteError(
+            ErrorCode.CANNOT_OPEN, f"cannot connect to {redact(url)}: {exc}"
+        ) from exc
+    try:
+        _check_server(conn)
+        conn.execute(
+            "SELECT set_config('synchronous_commit', %s, false),"
+            " set_config('lock_timeout', %s, false),"
+            " set_config('search_path', 'public, pg_temp', false)",
+            (_SYNCHRONOUS_COMMIT[durability], f"{int(busy_timeout_ms)}ms"),
+        )
+        if read_only:
+            _require_current(conn)
+            conn.execute("SET default_transaction_read_only = on")
+        else:
+            migrate(conn)
+    except psycopg.Error as exc:
+        conn.close()
+        raise translate(exc) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_server(conn: psycopg.Connection[Any]) -> None:
+    if conn.info.server_version < MIN_SERVER_VERSION:
+        raise CassetteError(
+            ErrorCode.CANNOT_OPEN, "a PostgreSQL ledger needs PostgreSQL 15 or later"
+        )
+    encoding = conn.execute("SHOW server_encoding").fetchone()
+    if encoding is None or encoding[0] != "UTF8":
+        # the journal hashes the UTF-8 bytes of each body: another encoding cannot hold them
+        raise CassetteError(ErrorCode.NOT_A_CASSETTE, "a PostgreSQL ledger's database is UTF8")
+
+
+def applied_version(conn: psycopg.Connection[Any]) -> int | None:
+    """The schema version of the ledger, or None when the database holds no ledger."""
+    exists = conn.execute("SELECT to_regclass('public.cassette_migrations') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return None
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM cassette_migrations").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _require_current(conn: psycopg.Connection[Any]) -> None:
+    version = applied_version(conn)
+    latest = len(sqlfiles.migrations())
+    if version is None:
+        raise CassetteError(ErrorCode.NOT_A_CASSETTE, "the database holds no ledger")
+    if version > latest:
+        raise CassetteError(ErrorCode.SCHEMA_TOO_NEW, f"schema {version} is newer than {latest}")
+    if version < latest:
+        raise CassetteError(ErrorCode.SCHEMA_OUTDATED, f"schema {version} is older than {latest}")
+
+
+def migrate(conn: psycopg.Connection[Any]) -> int:
+    """Apply pending migrations, each in its own transaction with the version row it
+    writes; return the version reached. A database holding tables but no ledger is
+    refused (NOT_A_CASSETTE), as is a newer schema (SCHEMA_TOO_NEW)."""
+    latest = len(sqlfiles.migrations())
+    version = applied_version(conn)
+    if version == latest:
+        return latest
+    for migration in sqlfiles.migrations():
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            version = applied_version(conn)
+            if version is None:
+                others = conn.execute(
+                    "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v')"
+                ).fetchone()
+                if others and others[0]:
+                    raise CassetteError(
+                        ErrorCode.NOT_A_CASSETTE, "the database holds tables but no ledger"
+                    )
+                conn.execute(
+                    "CREATE TABLE cassette_migrations (version integer PRIMARY KEY,"
+                    " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+                conn.execute("REVOKE ALL ON cassette_migrations FROM PUBLIC")
+                version = 0
+            if version > latest:
+                raise CassetteError(
+                    ErrorCode.SCHEMA_TOO_NEW, f"schema {version} is newer than {latest}"
+                )
+            if migration.version <= version:
+                continue
+            try:
+                conn.execute(migration.sql.encode("utf-8"))
+            except psycopg.Error as exc:
+                raise CassetteError(
+                    ErrorCode.MIGRATION_FAILED,
+                    f"migration {migration.version} ({migration.name}) failed: {exc}",
+                ) from exc
+            conn.execute(
+                "INSERT INTO cassette_migrations (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+    return latest
+
+
+@contextmanager
+def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """One transaction: committed on success, rolled back on any exception, which leaves
+    as a CassetteError."""
+    try:
+        with conn.transaction():
+            yield conn
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
