@@ -177,3 +177,24 @@ def pg_database(pg_server: str) -> Iterator[str]:
     url = postgres.create_database(pg_server)
     yield url
     postgres.drop_database(pg_server, url)
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_server: str) -> Iterator[str]:
+    """The name of a database migrated once per session, for ``pg_ledger`` to copy."""
+    from . import postgres
+
+    url = postgres.create_database(pg_server)
+    MessageCassette(url).close()
+    yield postgres.database_name(url)
+    postgres.drop_database(pg_server, url)
+
+
+@pytest.fixture
+def pg_ledger(pg_server: str, pg_template: str) -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL ledger (a copy of the migrated template)."""
+    from . import postgres
+
+    url = postgres.clone_database(pg_server, pg_template)
+    yield url
+    postgres.drop_database(pg_server, url)

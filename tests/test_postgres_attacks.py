@@ -1,0 +1,248 @@
+"""The PostgreSQL ledger attacked with a raw session (issue 15, LAW.md "PostgreSQL").
+
+Two attackers: the database owner (here the cluster's superuser, who holds every table
+privilege: only the triggers stand in the way) and a session under the cassette_worker
+role (no table privilege at all: only the worker's functions, whose rules are the
+triggers'). Each refusal leaves the journal as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from catalytic_cassette import ErrorCode, MessageCassette
+from catalytic_cassette.postgresql.connection import translate
+
+psycopg = pytest.importorskip("psycopg")
+
+
+@pytest.fixture
+def seeded(pg_ledger: str) -> str:
+    """A ledger with one message of two steps, the first leased by worker w (token 1)."""
+    with MessageCassette(pg_ledger) as cassette:
+        cassette.post_message({"jobs": [{"intent": "i", "steps": [{}, {}]}]}, "run", "USER")
+        cassette.claim_step("run", "w", ttl_seconds=60)
+    return pg_ledger
+
+
+@pytest.fixture
+def owner(seeded: str) -> Iterator[Any]:
+    with psycopg.connect(seeded, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def worker(seeded: str) -> Iterator[Any]:
+    with psycopg.connect(seeded, autocommit=True) as conn:
+        conn.execute("SET ROLE cassette_worker")
+        yield conn
+
+
+def journal(conn: Any) -> list[tuple[Any, ...]]:
+    return list(conn.execute("SELECT seq, body, chain_hash FROM cassette_journal ORDER BY seq"))
+
+
+def refused_with(conn: Any, code: ErrorCode, sql: str, params: Any = None) -> None:
+    before = journal(conn)
+    with pytest.raises(psycopg.Error) as caught:
+        conn.execute(sql, params)
+    assert translate(caught.value).code is code, caught.value
+    assert journal(conn) == before
+
+
+OWNER_ATTACKS = [
+    ("UPDATE cassette_messages SET payload_json = '{}'", ErrorCode.APPEND_ONLY),
+    ("DELETE FROM cassette_messages", ErrorCode.APPEND_ONLY),
+    ("TRUNCATE cassette_journal", ErrorCode.APPEND_ONLY),
+    ("TRUNCATE cassette_steps CASCADE", ErrorCode.APPEND_ONLY),
+    ("DELETE FROM cassette_journal WHERE seq = 0", ErrorCode.APPEND_ONLY),
+    ("UPDATE cassette_journal SET body = body || ' '", ErrorCode.APPEND_ONLY),
+    ("UPDATE cassette_jobs SET intent = 'x'", ErrorCode.APPEND_ONLY),
+    (
+        "UPDATE cassette_steps SET status = 'COMMITTED' WHERE step_id = 1",
+        ErrorCode.RECEIPT_REQUIRED,
+    ),
+    (
+        "UPDATE cassette_steps SET status = 'LEASED' WHERE step_id = 2",
+        ErrorCode.LEASE_FIELDS_LOCKED,
+    ),
+    (
+        "UPDATE cassette_steps SET status = 'PENDING' WHERE step_id = 1",
+        ErrorCode.LEASE_FIELDS_LOCKED,
+    ),
+    (
+        "UPDATE cassette_steps SET status = 'PENDING', lease_owner = NULL,"
+        " lease_expires_at = NULL WHERE step_id = 1",
+        ErrorCode.LEASE_NOT_EXPIRED,
+    ),
+    (
+        "UPDATE cassette_steps SET fencing_token = 9 WHERE step_id = 1",
+        ErrorCode.LEASE_FIELDS_LOCKED,
+    ),
+    (
+        "UPDATE cassette_steps SET payload_json = '{\"x\":1}' WHERE step_id = 1",
+        ErrorCode.IMMUTABLE_FIELD,
+    ),
+    (
+        "UPDATE cassette_steps SET lease_owner = NULL WHERE step_id = 1",
+        ErrorCode.LEASE_FIELDS_LOCKED,
+    ),
+    (
+        "INSERT INTO cassette_steps (job_id, run_id, message_id, job_ordinal, ordinal, status,"
+        " fencing_token, payload_json) VALUES (1, 'run', 1, 0, 5, 'LEASED', 0, '{}')",
+        ErrorCode.ILLEGAL_TRANSITION,
+    ),
+    (
+        "INSERT INTO cassette_messages (message_id, run_id, source, payload_json)"
+        " VALUES (99, 'run', 'USER', '{}')",
+        ErrorCode.OUT_OF_ORDER,
+    ),
+    (
+        "INSERT INTO cassette_messages (run_id, source, payload_json)"
+        " VALUES ('run', 'USER', '[1]')",
+        ErrorCode.INVALID_PAYLOAD,
+    ),
+    (
+        "INSERT INTO cassette_messages (run_id, source, payload_json)"
+        " VALUES ('run', 'USER', '{\"n\": 1e999}')",
+        ErrorCode.INVALID_PAYLOAD,
+    ),
+    (
+        "INSERT INTO cassette_messages (run_id, source, payload_json)"
+        " VALUES ('run', 'USER', '{\"n\": 99999999999999999999}')",
+        ErrorCode.INVALID_PAYLOAD,
+    ),
+    (
+        "INSERT INTO cassette_jobs (message_id, run_id, intent, ordinal) VALUES (7, 'run', 'i', 0)",
+        ErrorCode.REFERENCE_MISSING,
+    ),
+    (
+        "INSERT INTO cassette_jobs (message_id, run_id, intent, ordinal) VALUES (1, 'x', 'i', 3)",
+        ErrorCode.RUN_MISMATCH,
+    ),
+    (
+        "INSERT INTO cassette_receipts (step_id, job_id, run_id, worker_id, fencing_token,"
+        " outcome, receipt_json) VALUES (1, 1, 'run', 'w', 0, 'SUCCESS', '{}')",
+        ErrorCode.STALE_FENCING_TOKEN,
+    ),
+    (
+        "INSERT INTO cassette_receipts (step_id, job_id, run_id, worker_id, fencing_token,"
+        " outcome, receipt_json) VALUES (1, 1, 'run', 'x', 1, 'SUCCESS', '{}')",
+        ErrorCode.WRONG_WORKER,
+    ),
+    (
+        "INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash, tbl, row_key)"
+        " SELECT 4, '{}', leaf_hash, chain_hash, tbl, row_key FROM cassette_journal WHERE seq = 3",
+        ErrorCode.JOURNAL_BROKEN,
+    ),
+    ("UPDATE cassette_head SET time_ms = 0", ErrorCode.TIME_BACKWARDS),
+    ("UPDATE cassette_head SET next_seq = 100", ErrorCode.JOURNAL_BROKEN),
+    ("DELETE FROM cassette_head", ErrorCode.JOURNAL_BROKEN),
+    ("SELECT cassette_advance_clock(-1)", ErrorCode.INVALID_ARGUMENT),
+]
+
+
+@pytest.mark.parametrize(("sql", "code"), OWNER_ATTACKS, ids=[a[0][:60] for a in OWNER_ATTACKS])
+def test_the_owner_cannot_break_a_rule(owner: Any, sql: str, code: ErrorCode) -> None:
+    refused_with(owner, code, sql)
+
+
+def test_the_server_dates_and_numbers_every_row(owner: Any) -> None:
+    """A client's created_at and id are not taken: the server's clock and the next id are."""
+    owner.execute(
+        "INSERT INTO cassette_messages (run_id, source, payload_json, created_at)"
+        " VALUES ('run', 'USER', '{}', 1)"
+    )
+    row = owner.execute(
+        "SELECT message_id, created_at, (SELECT time_ms FROM cassette_head)"
+        " FROM cassette_messages ORDER BY message_id DESC LIMIT 1"
+    ).fetchone()
+    assert row[0] == 2 and row[1] == row[2] > 1_700_000_000_000
+
+
+WORKER_DENIED = [
+    "INSERT INTO cassette_messages (run_id, source, payload_json) VALUES ('run', 'USER', '{}')",
+    "UPDATE cassette_steps SET status = 'PENDING' WHERE step_id = 1",
+    "DELETE FROM cassette_receipts",
+    "UPDATE cassette_head SET clock_offset_ms = clock_offset_ms + 1000000",
+    "SELECT cassette_advance_clock(1000000)",
+    "SELECT cassette_tx_ms()",
+    "SELECT cassette_journal_append('cassette_messages', 'INSERT', '1', '{}')",
+    "TRUNCATE cassette_journal",
+    "CREATE TABLE public.planted (x int)",
+    "CREATE TRIGGER planted BEFORE INSERT ON cassette_steps"
+    " FOR EACH ROW EXECUTE FUNCTION cassette_append_only()",
+]
+
+
+@pytest.mark.parametrize("sql", WORKER_DENIED, ids=[s[:50] for s in WORKER_DENIED])
+def test_the_worker_role_writes_only_through_its_functions(worker: Any, sql: str) -> None:
+    refused_with(worker, ErrorCode.PERMISSION_DENIED, sql)
+
+
+def test_the_worker_role_gets_the_same_codes_from_its_functions(worker: Any) -> None:
+    refused_with(
+        worker,
+        ErrorCode.STALE_FENCING_TOKEN,
+        "SELECT cassette_complete('run', 1, 'w', 5, 'SUCCESS', '{}')",
+    )
+    refused_with(
+        worker,
+        ErrorCode.WRONG_WORKER,
+        "SELECT cassette_complete('run', 1, 'x', 1, 'SUCCESS', '{}')",
+    )
+    refused_with(
+        worker,
+        ErrorCode.INVALID_PAYLOAD,
+        "SELECT cassette_complete('run', 1, 'w', 1, 'SUCCESS', 'not json')",
+    )
+    refused_with(
+        worker, ErrorCode.LEASE_NOT_EXPIRED, "SELECT * FROM cassette_requeue('run', 1, NULL)"
+    )
+    refused_with(
+        worker,
+        ErrorCode.INVALID_PAYLOAD,
+        "SELECT * FROM cassette_post('run', 'USER', NULL, '{}', ARRAY['i'], ARRAY[2], ARRAY['{}'])",
+    )
+    refused_with(worker, ErrorCode.INVALID_TTL, "SELECT * FROM cassette_claim('run', 'w', 1, 0)")
+    # and what it may do, it does: a claim and its completion, journaled by the server
+    (step, token) = worker.execute(
+        "SELECT step_id, fencing_token FROM cassette_claim('run', 'v', 1, 60000)"
+    ).fetchone()
+    worker.execute("SELECT cassette_complete('run', %s, 'v', %s, 'SUCCESS', '{}')", (step, token))
+    status = worker.execute("SELECT status FROM cassette_steps WHERE step_id = %s", (step,))
+    assert status.fetchone() == ("COMMITTED",)
+
+
+def test_a_worker_cannot_hijack_the_functions_search_path(worker: Any) -> None:
+    """The functions run with their own search_path: a worker's session setting (or a
+    pg_temp object shadowing a table) changes nothing they read."""
+    worker.execute("SET search_path = pg_temp, public")
+    worker.execute("CREATE TEMP TABLE cassette_steps (step_id bigint)")
+    (step, _) = worker.execute(
+        "SELECT step_id, fencing_token FROM cassette_claim('run', 'v', 1, 60000)"
+    ).fetchone()
+    assert step == 2
+
+
+def test_the_auditor_reads_only(seeded: str) -> None:
+    with psycopg.connect(seeded, autocommit=True) as conn:
+        conn.execute("SET ROLE cassette_auditor")
+        assert conn.execute("SELECT count(*) FROM cassette_journal").fetchone()[0] == 5
+        refused_with(
+            conn, ErrorCode.PERMISSION_DENIED, "SELECT * FROM cassette_claim('run', 'v', 1, 60000)"
+        )
+
+
+def test_only_a_superuser_skips_the_triggers_and_the_chain_shows_it(owner: Any) -> None:
+    """What remains: a superuser can switch triggers off (session_replication_role) and
+    write anything. The rows then disagree with the journal, which is what verify against
+    a seal reports (LAW.md, PostgreSQL)."""
+    owner.execute("SET session_replication_role = replica")
+    owner.execute("UPDATE cassette_messages SET payload_json = '{\"forged\":1}'")
+    owner.execute("SET session_replication_role = origin")
+    (body,) = owner.execute("SELECT body FROM cassette_journal WHERE seq = 0").fetchone()
+    assert "forged" not in body
