@@ -17,6 +17,7 @@ from .errors import CassetteError, ErrorCode, translate
 from .hashing import sha256_hex, sql_functions
 from .merkle import SubtreeHash
 from .migrate import apply_pending, current_version, schema_version
+from .postgresql import is_postgres_url
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 DURABILITY_ENV = "CASSETTE_DURABILITY"
@@ -60,6 +61,11 @@ def resolve_durability(durability: str | None) -> str:
 def _check_file(path: str) -> None:
     if path == ":memory:":
         return
+    if is_postgres_url(path):  # every SQLite open passes here: a URL is not a file
+        raise CassetteError(
+            ErrorCode.BACKEND_UNSUPPORTED,
+            "this command does not take a PostgreSQL ledger yet (docs: README, PostgreSQL)",
+        )
     target = Path(path)
     if not target.parent.is_dir():
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {target.parent}")

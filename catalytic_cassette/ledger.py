@@ -15,6 +15,7 @@ from .connection import (
     ledger_now,
     write_transaction,
 )
+from .migrate import current_version
 from .postgresql import is_postgres_url
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ class LedgerFile:
         self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
         self.clock: Clock = clock or SystemClock()
         self.conn: sqlite3.Connection
+        # what `cassette init` reports: whether this open made the ledger, and its version
+        self.created = self.db_path == ":memory:" or not os.path.exists(self.db_path)
+        self.schema_version = current_version()
         if read_only:
             self.conn = connect_reader(self.db_path, clock=self.clock)
         else:

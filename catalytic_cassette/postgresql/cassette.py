@@ -28,7 +28,7 @@ from ..connection import DEFAULT_BUSY_TIMEOUT_MS, resolve_durability
 from ..errors import CassetteError, ErrorCode
 from ..lease_limits import DEFAULT_TTL_SECONDS
 from ..ledger import default_db_path
-from . import connection
+from . import connection, sqlfiles
 from .sqlfiles import query
 
 if TYPE_CHECKING:
@@ -75,12 +75,15 @@ class PgMessageCassette(MessageCassette):
         self.auto_seal = None
         self.clock = SystemClock()
         self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
+        every = len(sqlfiles.migrations())
+        self.created = not read_only and len(connection.pending_versions(self.db_path)) == every
         self.pg: psycopg.Connection[Any] = connection.connect(
             self.db_path,
             durability=resolve_durability(durability),
             busy_timeout_ms=busy_timeout_ms,
             read_only=read_only,
         )
+        self.schema_version = every
 
     def _fetch(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
         """One named query in its own transaction."""
