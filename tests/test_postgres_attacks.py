@@ -142,6 +142,11 @@ OWNER_ATTACKS = [
     ("UPDATE cassette_head SET next_seq = 100", ErrorCode.JOURNAL_BROKEN),
     ("DELETE FROM cassette_head", ErrorCode.JOURNAL_BROKEN),
     ("SELECT cassette_advance_clock(-1)", ErrorCode.INVALID_ARGUMENT),
+    (
+        "UPDATE cassette_meta SET value = repeat('a', 32) WHERE key = 'ledger_id'",
+        ErrorCode.APPEND_ONLY,
+    ),
+    ("DELETE FROM cassette_meta", ErrorCode.APPEND_ONLY),
 ]
 
 

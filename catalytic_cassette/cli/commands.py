@@ -514,9 +514,34 @@ def demo(demo_db: str | None, workers: int) -> None:
         click.get_current_context().exit(1)
 
 
+@click.command("copy")
+@click.argument("source")
+@click.argument("dest")
+@click.pass_context
+def copy_command(ctx: click.Context, source: str, dest: str) -> None:
+    """Copy ledger SOURCE into DEST (files or postgresql:// URLs, either way) with its
+    journal byte for byte, every row passing DEST's rules; DEST is new, empty, or an
+    earlier copy (only the rest is copied). A refusal changes nothing."""
+    from ..copying import copy_ledger
+
+    settings = ctx.find_object(Settings)
+    emit(copy_ledger(source, dest, durability=settings.durability if settings else None))
+
+
 def register(group: click.Group) -> None:
     """Add this module's commands to ``group``."""
-    for command in (init, post, claim, complete, requeue, status, verify, migrate, demo):
+    for command in (
+        init,
+        post,
+        claim,
+        complete,
+        requeue,
+        status,
+        verify,
+        migrate,
+        demo,
+        copy_command,
+    ):
         group.add_command(command)
 
 
