@@ -13,7 +13,7 @@ import click
 from .boundary import EXIT_CANNOT_VERIFY, emit
 from .commands import Settings
 from .output import progress_bar
-from .params import INPUT_FILE, OUTPUT_FILE, OUTPUT_FILE_OR_DIR
+from .params import INPUT_FILE, OUTPUT_FILE, OUTPUT_FILE_OR_DIR, OUTPUT_LEDGER
 
 if TYPE_CHECKING:
     import sqlite3
@@ -77,7 +77,7 @@ def seal(ctx: click.Context, key_path: str, out: str | None, origin: str | None)
     then detects any rewrite of the first sealed entries.
     """
     from ..cassette import MessageCassette
-    from ..seals import Seal, record_seal, require_ledger, write_seal_file
+    from ..seals import Seal, require_ledger, write_seal_file
     from ..signing import load_private
 
     settings = ctx.find_object(Settings)
@@ -91,9 +91,7 @@ def seal(ctx: click.Context, key_path: str, out: str | None, origin: str | None)
             written.append(write_seal_file(sealed, out))
 
     with MessageCassette(settings.db, durability=settings.durability) as cassette:
-        sealed = record_seal(
-            cassette.conn, key, now_ms=cassette.now_ms(), origin=origin, before_commit=write_file
-        )
+        sealed = cassette.seal(key, origin=origin, before_commit=write_file)
     emit({**sealed.to_dict(), "path": str(written[0]) if written else None})
 
 
@@ -225,7 +223,7 @@ def backup(ctx: click.Context, dest: str, key_path: str, origin: str | None) -> 
 
 @click.command()
 @click.argument("source", type=INPUT_FILE)
-@click.argument("dest", type=OUTPUT_FILE)
+@click.argument("dest", type=OUTPUT_LEDGER)
 @click.option(
     "--public-key",
     type=INPUT_FILE,
@@ -237,7 +235,8 @@ def backup(ctx: click.Context, dest: str, key_path: str, origin: str | None) -> 
     "--seal", "seal_file", type=INPUT_FILE, default=None, help="Seal file (default: SOURCE.seal)."
 )
 def restore(source: str, dest: str, public_key: str, origin: str, seal_file: str | None) -> None:
-    """Copy backup SOURCE to DEST only if it verifies and is exactly what its seal signed."""
+    """Copy backup SOURCE to DEST only if it verifies and is exactly what its seal signed
+    (DEST: a new file, or an empty PostgreSQL ledger's URL)."""
     from ..backup import restore as run_restore
     from ..signing import load_public
     from ..tree import journal_size
