@@ -119,3 +119,38 @@ def invoke(url: str, *args: str) -> Any:
     result = CliRunner().invoke(cli, ["--db", url, *args])
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def test_proofs_of_a_postgres_ledger_check_offline(tmp_path: Path, pg_ledger: str) -> None:
+    """Inclusion, receipt and consistency proofs built from the server's journal check
+    with `verify-proof` and the public key alone, as a SQLite ledger's do."""
+    some_work(pg_ledger)
+    private, public = generate(str(tmp_path / "k"))
+    first = invoke(pg_ledger, "seal", "--key", str(private), "--out", str(tmp_path / "1.seal"))
+    some_work(pg_ledger)
+    invoke(pg_ledger, "seal", "--key", str(private), "--out", str(tmp_path / "2.seal"))
+    origin = first["origin"]
+    proofs = {
+        "inclusion": ("prove", "inclusion", "3", "--seal", str(tmp_path / "1.seal")),
+        "receipt": ("prove", "receipt", "2"),
+        "consistency": ("prove", "consistency", str(tmp_path / "1.seal"), str(tmp_path / "2.seal")),
+        "to_head": ("prove", "consistency", str(tmp_path / "1.seal")),
+    }
+    for name, args in proofs.items():
+        out = tmp_path / f"{name}.proof"
+        invoke(pg_ledger, *args, "--out", str(out))
+        checked = CliRunner().invoke(
+            cli, ["verify-proof", str(out), "--public-key", str(public), "--origin", origin]
+        )
+        assert checked.exit_code == 0, (name, checked.stdout, checked.stderr)
+    # a proof of another ledger's seal is refused when it is built, not by the auditor
+    other = CliRunner().invoke(
+        cli, ["--db", pg_ledger, "prove", "inclusion", "0", "--seal", str(tmp_path / "2.seal")]
+    )
+    assert other.exit_code == 0
+    tampered = tmp_path / "other.seal"
+    tampered.write_bytes((tmp_path / "1.seal").read_bytes().replace(b"\n8\n", b"\n9\n"))
+    refused = CliRunner().invoke(
+        cli, ["--db", pg_ledger, "prove", "inclusion", "0", "--seal", str(tampered)]
+    )
+    assert refused.exit_code == 1 and refused.stderr.startswith("error: SEAL_MISMATCH: ")

@@ -18,10 +18,13 @@ from .params import INPUT_FILE, OUTPUT_FILE, OUTPUT_FILE_OR_DIR, OUTPUT_LEDGER
 if TYPE_CHECKING:
     import sqlite3
 
+    from ..proofs import ProofSource
+
 
 @contextmanager
 def _reading(ctx: click.Context) -> Iterator[sqlite3.Connection]:
-    """A read-only connection to an existing ledger: proving never creates or changes it."""
+    """A read-only connection to an existing ledger file: reading never creates or
+    changes it."""
     from ..connection import connect_reader
 
     settings = ctx.find_object(Settings)
@@ -29,6 +32,37 @@ def _reading(ctx: click.Context) -> Iterator[sqlite3.Connection]:
     conn = connect_reader(settings.db)
     try:
         yield conn
+    finally:
+        conn.close()
+
+
+@contextmanager
+def _proving(ctx: click.Context) -> Iterator[ProofSource]:
+    """What proofs are built from, read-only: proving never creates or changes a ledger.
+    The backend is chosen here, when the ledger is opened."""
+    from ..postgresql import is_postgres_url
+
+    settings = ctx.find_object(Settings)
+    assert settings is not None
+    if is_postgres_url(settings.db):
+        from ..connection import DEFAULT_BUSY_TIMEOUT_MS
+        from ..postgresql import connection
+        from ..postgresql.anchors import PgProofSource
+
+        pg = connection.connect(
+            settings.db, durability="full", busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, read_only=True
+        )
+        try:
+            yield PgProofSource(pg)
+        finally:
+            pg.close()
+        return
+    from ..connection import connect_reader
+    from ..proofs import SqliteProofSource
+
+    conn = connect_reader(settings.db)
+    try:
+        yield SqliteProofSource(conn)
     finally:
         conn.close()
 
@@ -101,11 +135,11 @@ def prove() -> None:
 
 
 def _inclusion(ctx: click.Context, seq: int, seal_file: str | None, out: str | None) -> None:
-    from ..proofs import prove_inclusion
+    from ..proofs import inclusion_proof
 
     note = _read_seal(seal_file) if seal_file is not None else None
-    with _reading(ctx) as conn:
-        proof = prove_inclusion(conn, seq, note)
+    with _proving(ctx) as source:
+        proof = inclusion_proof(source, seq, note)
     _write_or_print(proof.to_bytes(), out, {"index": seq, "path_length": len(proof.path)})
 
 
@@ -138,10 +172,10 @@ def prove_receipt(
     ctx: click.Context, receipt_id: int, seal_file: str | None, out: str | None
 ) -> None:
     """Inclusion proof of the journal entry that committed receipt RECEIPT_ID."""
-    from ..proofs import receipt_entry
+    from ..proofs import receipt_seq
 
-    with _reading(ctx) as conn:
-        seq = receipt_entry(conn, receipt_id)
+    with _proving(ctx) as source:
+        seq = receipt_seq(source, receipt_id)
     _inclusion(ctx, seq, seal_file, out)
 
 
@@ -158,11 +192,11 @@ def prove_consistency_command(
     """RFC 9162 proof that OLD_SEAL's tree is a prefix of NEW_SEAL's (or of the head)."""
     import orjson
 
-    from ..proofs import prove_consistency
+    from ..proofs import consistency_proof
 
     new_note = _read_seal(new_seal) if new_seal is not None else None
-    with _reading(ctx) as conn:
-        doc = prove_consistency(conn, _read_seal(old_seal), new_note)
+    with _proving(ctx) as source:
+        doc = consistency_proof(source, _read_seal(old_seal), new_note)
     data = orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
     _write_or_print(data, out, {"old_size": doc["old_size"], "new_size": doc["new_size"]})
 

@@ -8,7 +8,8 @@ new seal's root again against the leaves it holds (``cassette_seals_insert``, 00
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .. import merkle
@@ -100,3 +101,63 @@ def record_seal(
         if before_commit is not None:
             before_commit(sealed)
     return sealed
+
+
+class _RebuiltTree:
+    """``proofs.ProofTree`` over a tree rebuilt from the bodies."""
+
+    def __init__(self, tree: merkle.MemoryTree) -> None:
+        self._tree = tree
+
+    def size(self) -> int:
+        return self._tree.size
+
+    def root(self, size: int) -> bytes:
+        return self._tree.root(size)
+
+    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
+        return self._tree.inclusion_proof(index, size)
+
+    def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
+        return self._tree.consistency_proof(old_size, new_size)
+
+
+class PgProofSource:
+    """``proofs.ProofSource`` of a PostgreSQL ledger: one REPEATABLE READ snapshot; the
+    tree rebuilt from the bodies (TREE_BROKEN when a leaf or link is not its body's)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    @contextmanager
+    def snapshot(self) -> Iterator[object]:
+        if self.conn.info.transaction_status.name != "IDLE":
+            yield self.conn  # already inside one
+            return
+        with connection.transaction(self.conn):
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield self.conn
+
+    def covering_seal(self, seq: int) -> bytes | None:
+        row = self.conn.execute(
+            "SELECT note FROM cassette_seals WHERE tree_size > %s ORDER BY seal_id DESC LIMIT 1",
+            (seq,),
+        ).fetchone()
+        return None if row is None else str(row[0]).encode("utf-8")
+
+    def entry_body(self, seq: int) -> bytes | None:
+        row = self.conn.execute(
+            "SELECT body FROM cassette_journal WHERE seq = %s", (seq,)
+        ).fetchone()
+        return None if row is None else str(row[0]).encode("utf-8")
+
+    def receipt_seq(self, receipt_id: int) -> int | None:
+        row = self.conn.execute(
+            "SELECT min(seq) FROM cassette_journal WHERE tbl = 'cassette_receipts'"
+            " AND row_key = %s",
+            (str(receipt_id),),
+        ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def tree(self) -> _RebuiltTree:
+        return _RebuiltTree(rebuilt_tree(self.conn, journal_size(self.conn)))
