@@ -156,3 +156,24 @@ def record_future_migration(path: Path, version: int, name: str = "future") -> N
     )
     conn.commit()
     conn.close()
+
+
+# PostgreSQL (issue 15): a server per session, a fresh database per test; see tests/postgres.py.
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """The URL of a PostgreSQL server, as its superuser (CASSETTE_TEST_POSTGRES, or a
+    throwaway cluster); fails without one unless CASSETTE_SKIP_POSTGRES=1."""
+    from . import postgres
+
+    with postgres.server() as url:
+        yield url
+
+
+@pytest.fixture
+def pg_database(pg_server: str) -> Iterator[str]:
+    """The URL of a new, empty database on ``pg_server``, dropped after the test."""
+    from . import postgres
+
+    url = postgres.create_database(pg_server)
+    yield url
+    postgres.drop_database(pg_server, url)
