@@ -105,7 +105,7 @@ def test_the_url_comes_from_cassette_db_too(pg_ledger: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [("tail",), ("metrics", "--by", "plan"), ("actions",), ("children", "a-1")]
+    "args", [("tail",), ("metrics", "--by", "plan"), ("chain", "a-1"), ("why", "a-1")]
 )
 def test_what_is_not_ported_says_so(pg_ledger: str, args: tuple[str, ...]) -> None:
     """A command not yet ported refuses with BACKEND_UNSUPPORTED (exit 1), at the one place
