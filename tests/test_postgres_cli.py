@@ -105,7 +105,8 @@ def test_the_url_comes_from_cassette_db_too(pg_ledger: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [("tail",), ("metrics", "--by", "plan"), ("chain", "a-1"), ("why", "a-1")]
+    "args",
+    [("export", "--plan", "p"), ("metrics", "--by", "plan"), ("chain", "a-1"), ("why", "a-1")],
 )
 def test_what_is_not_ported_says_so(pg_ledger: str, args: tuple[str, ...]) -> None:
     """A command not yet ported refuses with BACKEND_UNSUPPORTED (exit 1), at the one place
@@ -113,3 +114,23 @@ def test_what_is_not_ported_says_so(pg_ledger: str, args: tuple[str, ...]) -> No
     result = invoke(pg_ledger, *args)
     assert result.exit_code == 1, result.stderr
     assert result.stderr.startswith("error: BACKEND_UNSUPPORTED: ")
+
+
+def test_tail_follows_a_postgres_journal(pg_ledger: str) -> None:
+    """`tail` prints the server's entries as JSON lines, then (with --since-seq) only the
+    ones after; the same restart rule as on a file."""
+    from catalytic_cassette import MessageCassette
+
+    with MessageCassette(pg_ledger) as cassette:
+        cassette.post_message({"a": 1}, "r", "USER")
+    first = invoke(pg_ledger, "tail")
+    lines = [json.loads(line) for line in first.stdout.splitlines()]
+    assert [(x["seq"], x["table"]) for x in lines] == [
+        (0, "cassette_messages"),
+        (1, "cassette_jobs"),
+        (2, "cassette_steps"),
+    ]
+    with MessageCassette(pg_ledger) as cassette:
+        cassette.claim_step("r", "w")
+    more = invoke(pg_ledger, "tail", "--since-seq", "2", "--follow", "--timeout", "0.3")
+    assert [json.loads(line)["row"]["status"] for line in more.stdout.splitlines()] == ["LEASED"]

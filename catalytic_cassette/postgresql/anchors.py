@@ -161,3 +161,21 @@ class PgProofSource:
 
     def tree(self) -> _RebuiltTree:
         return _RebuiltTree(rebuilt_tree(self.conn, journal_size(self.conn)))
+
+
+def journal_reader(conn: psycopg.Connection[Any]) -> Callable[[int, int], list[Any]]:
+    """``follow.JournalReader`` of a PostgreSQL ledger: each poll one autocommit statement
+    (no snapshot is held between polls). A reader that sees entry n sees every entry
+    before it: writers commit in seq order, one after the other, on the head's lock."""
+
+    def read_after(since_seq: int, limit: int) -> list[Any]:
+        try:
+            return conn.execute(
+                "SELECT seq, body, chain_hash FROM cassette_journal WHERE seq > %s"
+                " ORDER BY seq LIMIT %s",
+                (since_seq, limit),
+            ).fetchall()
+        except Exception as exc:
+            raise connection.translate(exc) from exc
+
+    return read_after

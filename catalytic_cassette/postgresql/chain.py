@@ -227,7 +227,10 @@ class PgCausalChain(CausalChain):
         unsupported("metrics")
 
     def follow(self, since_seq: int = -1, **options: Any) -> Iterator[dict[str, Any]]:
-        unsupported("follow")
+        from ..follow import follow_reader
+        from .anchors import journal_reader
+
+        return follow_reader(journal_reader(self.pg), since_seq, **options)
 
     def downstream(self, action_id: str) -> list[Action]:
         unsupported("downstream")
