@@ -167,6 +167,11 @@ def _copy(reader: Source, writer: Destination, source: str, dest: str) -> dict[s
                 ErrorCode.JOURNAL_BROKEN,
                 "the destination wrote entries the source does not have: not copied",
             )
+        if start > 0 and previous == ZERO_HASH:  # the source ended before the destination
+            raise CassetteError(
+                ErrorCode.JOURNAL_BROKEN,
+                f"the destination holds {start} entries, more than the source: not copied",
+            )
         size = start + copied
     return {
         "source": _shown(source),

@@ -153,6 +153,21 @@ def test_a_destination_that_went_its_own_way_is_refused_unchanged(
     assert Ledger("postgresql", pg_ledger).journal() == before
 
 
+def test_a_destination_ahead_of_its_source_is_refused(tmp_path: Path, pg_ledger: str) -> None:
+    source = tmp_path / "source.db"
+    busy_history(source)
+    copy_ledger(str(source), pg_ledger)
+    with MessageCassette(pg_ledger) as cassette:
+        cassette.post_message({"pg only": 1}, "run", "USER")
+    short = tmp_path / "short.db"
+    copy_ledger(str(source), str(short))
+    before = Ledger("postgresql", pg_ledger).journal()
+    # the file is a prefix of the database: copying it there adds nothing and says so
+    error = refused(ErrorCode.JOURNAL_BROKEN, copy_ledger, str(short), pg_ledger)
+    assert "more than the source" in error.message
+    assert Ledger("postgresql", pg_ledger).journal() == before
+
+
 def test_a_source_whose_chain_is_broken_is_not_copied(tmp_path: Path, pg_ledger: str) -> None:
     source = tmp_path / "source.db"
     busy_history(source)
