@@ -26,7 +26,6 @@ import pytest
 
 from catalytic_cassette import ManualClock, MessageCassette, connect, sqlfiles
 from catalytic_cassette.chain import CausalChain
-from catalytic_cassette.errors import CassetteError
 from catalytic_cassette.migrate import current_version
 from catalytic_cassette.verify import verify_path
 
@@ -407,19 +406,19 @@ def test_the_views_take_no_update_or_delete(
 @pytest.mark.parametrize(
     ("ddl", "kind"),
     [
-        ("DROP TRIGGER cassette_actions_readable_gate", "schema_missing"),
+        ("DROP TRIGGER cassette_actions_rules", "schema_missing"),  # the gate since 0011
         ("DROP TRIGGER cassette_actions_lifecycle_gate", "schema_missing"),
         ("DROP TRIGGER cassette_actions_artifact_refs", "schema_missing"),
         ("DROP TRIGGER cassette_actions_lifecycle_guard", "schema_missing"),
         ("DROP VIEW cassette_actions_readable", "schema_missing"),
         ("DROP VIEW cassette_actions_lifecycle", "schema_missing"),
-        ("RECREATE cassette_actions_readable_gate", "schema_changed"),  # fires first now
+        ("RECREATE cassette_actions_rules", "schema_changed"),  # fires first now
         ("RECREATE cassette_actions_lifecycle_gate", "schema_changed"),
         ("RECREATE cassette_steps_update_guard", "schema_changed"),
         ("RECREATE cassette_receipts_insert_guard", "schema_changed"),
         (
-            "DROP TRIGGER cassette_actions_readable_gate;"
-            " CREATE TRIGGER cassette_actions_readable_gate AFTER INSERT ON cassette_actions"
+            "DROP TRIGGER cassette_actions_rules;"
+            " CREATE TRIGGER cassette_actions_rules BEFORE INSERT ON cassette_actions"
             " WHEN 0 BEGIN SELECT 1; END",
             "schema_changed",
         ),
@@ -493,19 +492,15 @@ def test_the_migration_is_recorded_and_the_ledger_verifies(
     assert verify_path(str(path)).ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open, older than 0010: a connection's own TEMP trigger that ends with"
-    " RAISE(IGNORE) skips every AFTER trigger of the file for that row (LAW.md section 12)",
-)
 def test_a_temp_trigger_that_ignores_cannot_skip_the_files_after_rules(
     ledger10: tuple[Path, dict[str, Any]],
 ) -> None:
     """SQLite runs TEMP triggers first, and RAISE(IGNORE) in an AFTER trigger ends the
-    row's remaining triggers, the file's included, with the row kept. A raw connection can
-    so store an unjournaled action with an id far ahead, which makes every later append
-    fail (OUT_OF_ORDER); the gate of 0010 is skipped the same way as the checks it gates
-    were before it. The law promises a refusal; today the row lands."""
+    row's remaining triggers, the file's included, with the row kept. Until 0011 a raw
+    connection could so store an unjournaled action with an id far ahead, which made every
+    later append fail (OUT_OF_ORDER). Since 0011 every rule runs before the row: refused.
+    (tests/test_attacks_0011.py attacks every table so, and checks what verify reports of
+    rows a version-10 ledger let in.)"""
     path = ledger10[0]
     raw = sqlite3.connect(path, isolation_level=None)
     try:
@@ -513,72 +508,11 @@ def test_a_temp_trigger_that_ignores_cannot_skip_the_files_after_rules(
             "CREATE TEMP TRIGGER skip AFTER INSERT ON main.cassette_actions"
             " BEGIN SELECT RAISE(IGNORE); END"
         )
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(sqlite3.IntegrityError, match=r"^JOURNAL_REQUIRED: "):
             raw.execute(_action(action_seq="9223372036854775807", **UNREADABLE))
     finally:
         raw.close()
-
-
-def _ids_out_of_order(path: Path) -> list[tuple[str | None, Any]]:
-    report = verify_path(str(path))
-    return [(f.table, f.key) for f in report.findings if f.kind.value == "id_order"]
-
-
-def test_verify_reports_the_row_an_ignoring_temp_trigger_let_in_raw(
-    ledger10: tuple[Path, dict[str, Any]],
-) -> None:
-    """What the open gap above lets a raw client store is reported by verify: the
-    unjournaled row, and its id beyond the table's dense ids (the row that would make every
-    later append fail OUT_OF_ORDER)."""
-    path = ledger10[0]
-    assert _ids_out_of_order(path) == []
-    raw = sqlite3.connect(path, isolation_level=None)
-    try:
-        raw.execute(
-            "CREATE TEMP TRIGGER skip AFTER INSERT ON main.cassette_actions"
-            " BEGIN SELECT RAISE(IGNORE); END"
-        )
-        raw.execute(_action(action_seq="9223372036854775807", **UNREADABLE))
-    finally:
-        raw.close()
-    report = verify_path(str(path))
-    kinds = {f.kind.value for f in report.findings}
-    assert not report.ok and {"id_order", "unjournaled_row"} <= kinds
-    assert _ids_out_of_order(path) == [("cassette_actions", NEW_ID)]
-
-
-def test_verify_reports_the_id_a_journaling_connection_let_in_past_the_rules(
-    ledger10: tuple[Path, dict[str, Any]],
-) -> None:
-    """A package connection whose journal trigger is re-created after an ignoring one
-    journals a message far ahead, and the file's rules after the insert never run: the
-    chain, the tree and the replay all hold, so the id is what verify must see."""
-    path = ledger10[0]
-    with MessageCassette(path, clock=ManualClock()) as cassette:
-        conn = cassette.conn
-        (journal,) = conn.execute(
-            "SELECT sql FROM sqlite_temp_master WHERE name = 'cassette_messages_journal'"
-        ).fetchone()
-        conn.execute(
-            "CREATE TEMP TRIGGER skip AFTER INSERT ON main.cassette_messages"
-            " BEGIN SELECT RAISE(IGNORE); END"
-        )
-        conn.execute("DROP TRIGGER temp.cassette_messages_journal")
-        conn.execute(journal)  # newest first: it journals, then the ignoring one ends the row
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
-            "INSERT INTO cassette_messages (message_id, run_id, source, idempotency_key,"
-            " payload_json, created_at) VALUES (9223372036854775807, 'r', 'USER', NULL,"
-            " '{}', (SELECT max(created_at) FROM cassette_messages))"
-        )
-        conn.execute("COMMIT")
-    assert _ids_out_of_order(path) == [("cassette_messages", 9223372036854775807)]
-    with (  # the brick it is
-        MessageCassette(path, clock=ManualClock()) as cassette,
-        pytest.raises(CassetteError) as refused,
-    ):
-        cassette.post_message({"n": 3}, "r", "USER")
-    assert refused.value.code.value == "OUT_OF_ORDER"
+    assert verify_path(str(path)).ok
 
 
 def test_the_lifecycle_lookups_use_the_partial_index(tmp_path: Path) -> None:

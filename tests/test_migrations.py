@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from pathlib import Path
@@ -317,6 +318,84 @@ def test_a_version_9_ledger_keeps_its_journal_and_seals_through_migration_10(
     with MessageCassette(db_path, clock=clock) as cassette:
         step = cassette.claim_step("r", "w", 60)
         cassette.complete_step("r", step["step_id"], "w", step["fencing_token"], {}, "FAILURE")
+    report = verify_path(
+        str(db_path), anchors=load_anchors(seals), seal_key=key.public_key(), origin=origin
+    )
+    assert report.ok and report.anchored, report.to_dict()
+
+
+def test_a_version_10_ledger_keeps_its_journal_and_seals_through_migration_11(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 11 moves the rules before the row and the package journals before it; no
+    row of the ledger is written or changed, entries keep their bodies and order, a seal
+    made before it still holds after, and writes of every kind go on (a receipt's entry
+    still before its step's, a release's before its requeue)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from catalytic_cassette import ManualClock
+    from catalytic_cassette.anchor import load_anchors
+    from catalytic_cassette.chain import CausalChain
+    from catalytic_cassette.seals import default_origin, record_seal, write_seal_file
+    from catalytic_cassette.verify import verify_path
+
+    db_path, seals = tmp_path / "v10.db", tmp_path / "seals"
+    seals.mkdir()
+    key = Ed25519PrivateKey.generate()
+    ten = sqlfiles.migrations()[:10]
+    clock = ManualClock()
+
+    def write_every_kind(n: int) -> None:
+        with MessageCassette(db_path, clock=clock) as cassette:
+            for i in range(n):
+                cassette.post_message({"n": i}, "r", "USER")
+            released = cassette.claim_step("r", "w", 60)
+            cassette.requeue(
+                "r", released["step_id"], worker_id="w", fencing_token=released["fencing_token"]
+            )
+            for _ in range(3):
+                step = cassette.claim_step("r", "w", 60)
+                cassette.complete_step(
+                    "r", step["step_id"], "w", step["fencing_token"], {}, "SUCCESS"
+                )
+        with CausalChain(db_path, clock=clock) as chain:
+            chain.append_action(
+                {"plan_id": f"p{n}", "intent_id": "i", "action_type": "PlanStarted",
+                 "function_name": "f"}
+            )  # fmt: skip
+            chain.save_checkpoint(f"p{n}", {"n": n})
+            write_seal_file(record_seal(chain.conn, key, now_ms=clock.now_ms(), origin=None), seals)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sqlfiles, "migrations", lambda: ten)
+        write_every_kind(100)  # past a block of 256 entries
+        with CausalChain(db_path, clock=clock) as chain:
+            origin = default_origin(chain.conn)
+            assert chain.conn.execute("PRAGMA user_version").fetchone()[0] == 10
+    tables = ("cassette_journal", "cassette_tree_nodes", "cassette_seals", "cassette_steps")
+    before = sqlite3.connect(db_path)
+    rows = {table: before.execute(f"SELECT * FROM {table}").fetchall() for table in tables}
+    before.close()
+    assert len(rows["cassette_journal"]) > 256 and rows["cassette_tree_nodes"]
+
+    with CausalChain(db_path, clock=clock) as chain:  # migrates
+        assert chain.conn.execute("PRAGMA user_version").fetchone()[0] == current_version()
+        for table in tables:
+            assert chain.conn.execute(f"SELECT * FROM {table}").fetchall() == rows[table]
+    write_every_kind(5)
+    after = sqlite3.connect(db_path)
+    ops = [
+        (tbl, json.loads(body)["op"])
+        for tbl, body in after.execute(
+            "SELECT tbl, body FROM cassette_journal WHERE seq >= ? ORDER BY seq",
+            (len(rows["cassette_journal"]),),
+        )
+    ]
+    after.close()
+    receipt = ops.index(("cassette_receipts", "INSERT"))
+    assert ops[receipt + 1] == ("cassette_steps", "UPDATE")
+    release = ops.index(("cassette_releases", "INSERT"))
+    assert ops[release + 1] == ("cassette_steps", "UPDATE")
     report = verify_path(
         str(db_path), anchors=load_anchors(seals), seal_key=key.public_key(), origin=origin
     )

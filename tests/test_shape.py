@@ -20,16 +20,20 @@ from catalytic_cassette.actions import COLUMNS as ACTION_COLUMNS
 from catalytic_cassette.verify.tables import DENSE_TABLES, TABLES
 
 # One journaling trigger: its event, its table, the key it journals and the row's columns.
+# (Since 0011 they fire BEFORE the row, only for a row its constraints will take, and
+# write the rowid as k.id: the next id when NULL is inserted.)
 _JOURNAL_TRIGGER = re.compile(
-    r"CREATE TEMP TRIGGER (?P<name>\w+) AFTER (?P<event>INSERT|UPDATE) ON main\.(?P<table>\w+)\s+"
-    r"BEGIN\s+INSERT INTO cassette_journal\b(?P<body>.*?)\nEND;",
+    r"CREATE TEMP TRIGGER (?P<name>\w+) BEFORE (?P<event>INSERT|UPDATE) ON main\.(?P<table>\w+)\s+"
+    r"(?:--[^\n]*\n)?WHEN (?:(?!\nEND;).)*?\nBEGIN\s+"
+    r"INSERT INTO cassette_journal\b(?P<body>.*?)\nEND;",
     re.DOTALL,
 )
 _HEADER = re.compile(
-    r"json_object\('table', '(?P<table>\w+)', 'op', '(?P<op>\w+)',\s*'key', NEW\.(?P<key>\w+),"
+    r"json_object\('table', '(?P<table>\w+)', 'op', '(?P<op>\w+)',\s*'key',"
+    r" (?:NEW\.(?P<key>\w+)|(?P<rowid>k\.id)),"
 )
 _ROW = re.compile(r"'row', json_object\((?P<pairs>.*?)\)\) AS body", re.DOTALL)
-_PAIR = re.compile(r"'(\w+)', NEW\.(\w+)")
+_PAIR = re.compile(r"'(\w+)', (NEW\.\w+|k\.id)")
 
 
 def _journal_triggers() -> list[re.Match[str]]:
@@ -55,7 +59,8 @@ def test_verify_lists_every_table_that_refuses_unjournaled_writes(
     journaled = {
         table
         for (table,) in migrated.execute(
-            "SELECT tbl_name FROM sqlite_schema WHERE type = 'trigger' AND name GLOB '*_journaled'"
+            "SELECT tbl_name FROM sqlite_schema WHERE type = 'trigger' AND name GLOB '*_rules'"
+            " AND sql LIKE '%JOURNAL_REQUIRED%'"
         )
     }
     assert journaled == set(TABLES)
@@ -87,14 +92,18 @@ def test_each_journal_trigger_writes_the_table_columns_in_order(trigger: re.Matc
     assert header is not None, trigger["name"]
     assert header["table"] == trigger["table"]
     assert header["op"] == trigger["event"]
-    assert header["key"] == spec.key
+    assert (header["key"] or spec.rowid) == spec.key
+    assert header["rowid"] is None or trigger["event"] == "INSERT"
     row = _ROW.search(trigger["body"])
     assert row is not None, trigger["name"]
     pairs = _PAIR.findall(row["pairs"])
-    assert all(label == column for label, column in pairs), pairs
+    rowid = "k.id" if trigger["event"] == "INSERT" else f"NEW.{spec.rowid}"
+    assert all(
+        value == (rowid if label == spec.rowid else f"NEW.{label}") for label, value in pairs
+    ), pairs
     assert tuple(label for label, _ in pairs) == spec.columns
     # nothing else between the parentheses: every name is a 'label', NEW.column pair
-    assert len(re.findall(r"NEW\.", row["pairs"])) == len(pairs)
+    assert len(re.findall(r"NEW\.|k\.id", row["pairs"])) == len(pairs)
 
 
 def test_the_drift_check_sees_a_missing_column() -> None:
@@ -114,8 +123,8 @@ def test_verify_checks_dense_ids_of_exactly_the_tables_the_sql_keeps_dense(
     dense = {
         table
         for (table,) in migrated.execute(
-            "SELECT tbl_name FROM sqlite_schema"
-            " WHERE type = 'trigger' AND name = tbl_name || '_dense'"
+            "SELECT tbl_name FROM sqlite_schema WHERE type = 'trigger'"
+            " AND name = tbl_name || '_rules' AND sql LIKE '%ids are dense%'"
         )
     }
     assert dense and set(DENSE_TABLES) == dense

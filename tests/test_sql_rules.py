@@ -642,11 +642,12 @@ VALUE_CASES = cases(
         },
         E.INVALID_ID: {
             "message-id-zero": row(M, message_id="0"),
-            "message-id-negative": row(M, message_id="-1"),
-            "job-id-negative": row(J, job_id="-1"),
+            # (-2: since 0011 an explicit -1 reads as NULL before the row, see JOURNAL_REQUIRED)
+            "message-id-negative": row(M, message_id="-2"),
+            "job-id-negative": row(J, job_id="-2"),
             "step-id-zero": row(S, step_id="0"),
-            "receipt-id-negative": row(R, receipt_id="-1"),
-            "release-id-negative": row(L, release_id="-1"),
+            "receipt-id-negative": row(R, receipt_id="-2"),
+            "release-id-negative": row(L, release_id="-2"),
         },
     }
 )
@@ -682,6 +683,11 @@ STRICT_CASES = [
 JOURNAL_REQUIRED_CASES = cases(
     {
         E.JOURNAL_REQUIRED: {
+            # In a BEFORE trigger SQLite gives an INTEGER PRIMARY KEY inserted as NULL the
+            # value -1, so the rules (all before the row since 0011) take an explicit -1 as
+            # the next id and refuse the unjournaled row first (INVALID_ID before 0011).
+            "message-id-minus-one": row(M, message_id="-1"),
+            "job-id-minus-one": row(J, job_id="-1"),
             "new-message": row(M),
             "new-message-with-new-key": row(M, idempotency_key="'k3'"),
             "new-message-in-new-run": row(M, run_id="'r3'", source="'WORKER'"),
