@@ -400,6 +400,13 @@ def test_the_database_replica_setting_is_reported(busy: str) -> None:
     assert "settings of every role in this database" in report.errors[0].detail
 
 
+def test_a_dropped_head_is_tampering_not_another_database(busy: str) -> None:
+    with psycopg.connect(busy, autocommit=True) as conn:
+        conn.execute("DROP TABLE cassette_head")
+    report = verify_path(busy)
+    assert {"schema_missing", "journal_head"} <= errors(report)
+
+
 def test_an_older_package_cannot_verify_a_newer_schema(busy: str) -> None:
     with psycopg.connect(busy, autocommit=True) as conn:
         conn.execute("ALTER TABLE cassette_migrations DISABLE TRIGGER ALL")
@@ -407,6 +414,62 @@ def test_an_older_package_cannot_verify_a_newer_schema(busy: str) -> None:
     with pytest.raises(CassetteError) as caught:
         verify_path(busy)
     assert caught.value.code is ErrorCode.SCHEMA_TOO_NEW
+
+
+def test_the_auditor_role_verifies(busy: str, pg_server: str) -> None:
+    """A login that holds only cassette_auditor reads all verify needs."""
+    role = "cassette_test_auditor_" + postgres.database_name(busy)[-8:]  # (not a ledger role)
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN IN ROLE cassette_auditor')
+    try:
+        as_auditor = busy.replace("postgres@", role + "@", 1)
+        assert as_auditor != busy
+        report = verify_path(as_auditor)
+        assert report.ok and report.findings == [] and report.journal_rows > 0
+    finally:
+        postgres.drop_database(pg_server, busy)  # (its grants name the role)
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            admin.execute(f'DROP ROLE "{role}"')
+
+
+def test_verify_against_a_seal_catches_a_recomputed_chain(
+    owner: Any, busy: str, tmp_path: Path
+) -> None:
+    """The rows of the journal are byte for byte the SQLite ledger's, so a seal (a signed
+    root of the tree of leaf hashes) means the same: an owner who rewrites a body and
+    recomputes every hash is caught by the root verify rebuilds from the bodies."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from catalytic_cassette.anchor import load_anchors
+    from catalytic_cassette.merkle import root_from_leaves
+    from catalytic_cassette.note import Checkpoint, sign_note
+
+    key, origin = Ed25519PrivateKey.generate(), "example.com/pg-ledger"
+    leaves = [
+        leaf_hash(body.encode("utf-8"))
+        for (body,) in owner.execute("SELECT body FROM cassette_journal ORDER BY seq")
+    ]
+    note = Checkpoint(origin, len(leaves), root_from_leaves(leaves)).to_text()
+    (tmp_path / "one.seal").write_bytes(sign_note(note, origin, key))
+
+    def against() -> VerifyReport:
+        anchors = load_anchors(tmp_path / "one.seal")
+        return verify_path(busy, anchors=anchors, seal_key=key.public_key(), origin=origin)
+
+    report = against()
+    assert report.ok and [a["status"] for a in report.anchors] == ["holds"]
+    assert report.anchored is not None and report.anchored["entries_after_anchor"] == 0
+    (first,) = owner.execute(
+        "SELECT min(seq) FROM cassette_journal WHERE body LIKE '%\"w1\"%'"
+    ).fetchone()
+    owner.execute("UPDATE cassette_journal SET body = replace(body, '\"w1\"', '\"w9\"')")
+    owner.execute("UPDATE cassette_steps SET lease_owner = 'w9' WHERE lease_owner = 'w1'")
+    owner.execute("UPDATE cassette_receipts SET worker_id = 'w9' WHERE worker_id = 'w1'")
+    rehash_from(owner, first)
+    assert verify(busy).ok  # (without the seal, a consistent rewrite is not detectable)
+    report = against()
+    assert [a["status"] for a in report.anchors] == ["forked"]
+    assert "forked" in errors(report)
 
 
 # ------------------------------------------------------------------------ one snapshot

@@ -174,8 +174,23 @@ def compare(expected: dict[str, Any], actual: dict[str, Any], out: Collector) ->
 
 
 def _what(want: Any, have: Any) -> str:
-    """Which fields of an object differ (all of it when it is not a mapping)."""
+    """Which fields of an object differ; for a list of grants or settings, which items
+    were added (+) and removed (-); else the whole definition."""
     if isinstance(want, dict) and isinstance(have, dict):
         fields = sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))
         return ", ".join(fields)
+    if (
+        isinstance(want, list)
+        and isinstance(have, list)
+        and all(isinstance(item, (list, str)) for item in want + have)
+    ):
+        added = [item for item in have if item not in want]
+        removed = [item for item in want if item not in have]
+        return (
+            " ".join(
+                [f"+{json.dumps(item)}" for item in added]
+                + [f"-{json.dumps(item)}" for item in removed]
+            )
+            or "its order"
+        )
     return "its definition"

@@ -3,7 +3,8 @@
 -- view, no index (the transaction turns index scans off), every name qualified. The
 -- catalog queries describe the ledger's objects in schema public as the migrations make
 -- them (catalog.py compares the description with catalog.json); a role is named
--- '<owner>' when it owns the object, 'PUBLIC' for everyone.
+-- '<owner>' when it owns the object, 'PUBLIC' for everyone. The roles the migrations
+-- make are named here (a migration adding one adds it to both lists).
 
 -- name: verify_settings
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true),
@@ -146,11 +147,13 @@ SELECT coalesce(r.rolname, ''), s.setdatabase = 0, s.setconfig
   LEFT JOIN pg_catalog.pg_roles r ON r.oid = s.setrole
  WHERE s.setdatabase = (SELECT d.oid FROM pg_catalog.pg_database d
                          WHERE d.datname = pg_catalog.current_database())
-    OR (s.setdatabase = 0 AND r.rolname LIKE 'cassette\_%');
+    OR (s.setdatabase = 0
+        AND r.rolname IN ('cassette_worker', 'cassette_appender', 'cassette_auditor'));
 
 -- name: catalog_roles
 SELECT r.rolname, r.rolsuper, r.rolbypassrls, r.rolcreaterole, r.rolreplication
-  FROM pg_catalog.pg_roles r WHERE r.rolname LIKE 'cassette\_%';
+  FROM pg_catalog.pg_roles r
+ WHERE r.rolname IN ('cassette_worker', 'cassette_appender', 'cassette_auditor');
 
 -- One ledger table's rows, formatted by verify.py with the table's columns in journal-body
 -- order (verify/tables.py).
