@@ -388,6 +388,12 @@ def verify(
     if against is not None and (public_key is None or origin is None):
         raise click.UsageError("--against needs --public-key and --origin to pin the seals")
     if session is not None:
+        from ..postgresql import is_postgres_url
+
+        if is_postgres_url(settings.db):  # (sessions are actions: not on PostgreSQL yet)
+            from ..postgresql.cassette import unsupported
+
+            unsupported("verify --session")
         from .live_commands import verify_session
 
         verify_session(
