@@ -8,14 +8,16 @@ import os
 import shutil
 import sqlite3
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import safe_files
 from .anchor import load_anchors
-from .connection import connect, connect_readonly
+from .connection import connect_readonly
 from .errors import CassetteError, ErrorCode, translate
-from .seals import check_origin, default_origin, record_seal, require_ledger, write_seal_file
+from .postgresql import is_postgres_url
+from .seals import check_origin, require_ledger, write_seal_file
 from .tree import StoredTree
 from .verify import Progress, VerifyReport, verify_path
 
@@ -46,7 +48,25 @@ def _refuse_existing(path: Path) -> None:
 
 def _copy(source: sqlite3.Connection, dest: Path) -> None:
     """SQLite's online backup in one step (one read snapshot; writers keep going in WAL),
-    into a file that is complete on its own (rollback journal, not WAL).
+    into a file that is complete on its own (rollback journal, not WAL)."""
+
+    def fill(partial: Path) -> None:
+        try:
+            target = sqlite3.connect(partial, isolation_level=None)
+            try:
+                source.backup(target)
+                target.execute("PRAGMA journal_mode = DELETE").fetchall()
+            finally:
+                target.close()
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
+    _export(fill, dest)
+
+
+def _export(fill: Callable[[Path], None], dest: Path) -> None:
+    """A ledger file written by ``fill`` into a private directory, synced, then linked to
+    DEST.
 
     SQLite opens files by name and follows links, so the copy is made in a directory
     created exclusively for it (mode 0700, a random name) beside DEST, where nobody
@@ -59,15 +79,7 @@ def _copy(source: sqlite3.Connection, dest: Path) -> None:
         raise safe_files.refusal(exc, dest.parent, "backup directory") from exc
     partial = private / "copy.db"
     try:
-        try:
-            target = sqlite3.connect(partial, isolation_level=None)
-            try:
-                source.backup(target)
-                target.execute("PRAGMA journal_mode = DELETE").fetchall()
-            finally:
-                target.close()
-        except sqlite3.Error as exc:
-            raise translate(exc) from exc
+        fill(partial)
         with safe_files.open_regular(partial, what="backup", max_bytes=2**63 - 1) as (handle, _):
             os.fsync(handle.fileno())
         try:
@@ -105,25 +117,26 @@ def backup(
     snapshot) and its root checked against the copy's before the seal file is written.
     On any failure the copy and its seal are removed.
     """
-    from .clock import SystemClock
+    from .cassette import MessageCassette
 
     require_ledger(source_path)
     target = Path(dest)
     _refuse_existing(target)
-    clock = clock or SystemClock()
-    source = connect(source_path, clock=clock)
+    if origin is not None:
+        check_origin(origin)
     seal_file = seal_path_for(target)
     created: list[Path] = []  # removed on failure: only what this call wrote
+    # The backend is chosen here, by the open: a file is snapshotted with SQLite's backup,
+    # a PostgreSQL ledger exported by a copy into a new file (one snapshot of its journal).
+    source = MessageCassette(source_path, clock=clock)
     try:
-        chosen = check_origin(origin if origin is not None else default_origin(source))
-        _copy(source, target)
+        _export(source.export_snapshot, target)
         created.append(target)
         report = verify_path(str(target), progress=progress)
         if not report.ok:
             raise _failed(report, "the copy does not verify")
-        seal = record_seal(
-            source, private_key, now_ms=clock.now_ms(), origin=chosen, size=report.journal_rows
-        )
+        seal = source.seal(private_key, origin=origin, size=report.journal_rows)
+        chosen = seal.origin
         # The verify above compared the copy's stored tree with a rebuild from its
         # bodies, so its stored root is the copy's true root: O(log n), no second pass.
         copy = connect_readonly(target)
@@ -151,6 +164,31 @@ def backup(
     }
 
 
+def _require_empty_database(url: str) -> None:
+    """A restore never overwrites: a PostgreSQL destination holds no journal entry yet
+    (a database without a ledger is migrated by the copy)."""
+    from .connection import DEFAULT_BUSY_TIMEOUT_MS
+    from .postgresql import connection
+    from .postgresql.anchors import journal_size
+
+    try:
+        conn = connection.connect(
+            url, durability="full", busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, read_only=True
+        )
+    except CassetteError as error:
+        if error.code is ErrorCode.NOT_A_CASSETTE and "no ledger" in error.message:
+            return
+        raise
+    try:
+        if journal_size(conn) > 0:
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{connection.redact(url)} holds a ledger; restore never overwrites",
+            )
+    finally:
+        conn.close()
+
+
 def restore(
     source: str | os.PathLike[str],
     dest: str | os.PathLike[str],
@@ -168,11 +206,14 @@ def restore(
     safe_files.require_regular(backup_path, what="backup")
     seal_file = Path(seal) if seal is not None else seal_path_for(backup_path)
     target = Path(dest)
-    if safe_files.lexists(target) or safe_files.lexists(f"{target}-wal"):
+    into_database = is_postgres_url(os.fspath(dest))
+    if into_database:
+        _require_empty_database(os.fspath(dest))
+    elif safe_files.lexists(target) or safe_files.lexists(f"{target}-wal"):
         raise CassetteError(
             ErrorCode.INVALID_ARGUMENT, f"{target} exists; restore never overwrites"
         )
-    if not target.parent.is_dir():
+    elif not target.parent.is_dir():
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {target.parent}")
     anchors = load_anchors(seal_file)
     report = verify_path(
@@ -190,6 +231,14 @@ def restore(
             ErrorCode.VERIFY_FAILED,
             f"the backup has {report.journal_rows} entries, its seal {sealed}: it was changed",
         )
+    if into_database:  # a PostgreSQL ledger is filled by a copy, through its own law
+        from .copying import copy_ledger
+
+        copy_ledger(str(backup_path), os.fspath(dest))
+        from .postgresql.connection import redact
+
+        shown = redact(os.fspath(dest))
+        return {"restored": shown, "entries": report.journal_rows, "origin": origin}
     reader = connect_readonly(backup_path)
     try:
         _copy(reader, target)

@@ -144,14 +144,10 @@ class CausalChain(LedgerFile):
                 self._insert_one(conn, index, row, suggest, now)
                 for index, (_, row) in enumerate(prepared)
             ]
-        stored = []
-        for (fields, row), seq in zip(prepared, seqs, strict=True):
-            fields["cost"] = row[_COST] / COST_SCALE
-            fields["timestamp"] = now
-            fields["metadata"] = payloads.loads(row[_METADATA])
-            fields["action_seq"] = seq
-            stored.append(stored_action(fields))
-        return stored
+        return [
+            _stored(fields, row, seq, now)
+            for (fields, row), seq in zip(prepared, seqs, strict=True)
+        ]
 
     def _insert_one(
         self, conn: sqlite3.Connection, index: int, row: list[Any], suggest: str | None, now: int
@@ -262,12 +258,7 @@ class CausalChain(LedgerFile):
         """Rows decoded one at a time as SQLite returns them; the checks run on the call."""
         order = "action_seq DESC" if newest_first else "action_seq"
         sql = f"SELECT {SELECT_COLUMNS} FROM cassette_actions WHERE {where} ORDER BY {order}"
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise CassetteError(ErrorCode.INVALID_ARGUMENT, "limit must be a positive integer")
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise CassetteError(ErrorCode.INVALID_ARGUMENT, "offset must be a non-negative integer")
+        _check_page(limit, offset)
         if limit is not None or offset:
             sql += f" LIMIT {-1 if limit is None else int(limit)} OFFSET {int(offset)}"
         cursor = self.conn.execute(sql, params)
@@ -364,9 +355,7 @@ class CausalChain(LedgerFile):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
-        if since_seq is not None:
-            if isinstance(since_seq, bool) or not isinstance(since_seq, int):
-                raise CassetteError(ErrorCode.INVALID_ARGUMENT, "since_seq must be an integer")
+        if _check_since_seq(since_seq) is not None:
             clauses.append("action_seq > ?")
             params.append(since_seq)
         for operator, when in ((">=", after), ("<", before)):
@@ -620,6 +609,28 @@ def _insert_together(conn: sqlite3.Connection, rows: list[list[Any]]) -> list[in
             ).fetchone()[0]
         raise error from exc
     return list(range(last + 1, last + 1 + len(rows)))
+
+
+def _stored(fields: dict[str, Any], row: list[Any], seq: int, timestamp: int) -> Action:
+    """The action as stored: an item's fields with what its row and the ledger set."""
+    fields["cost"] = row[_COST] / COST_SCALE
+    fields["timestamp"] = timestamp
+    fields["metadata"] = payloads.loads(row[_METADATA])
+    fields["action_seq"] = seq
+    return stored_action(fields)
+
+
+def _check_page(limit: int | None, offset: int) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise CassetteError(ErrorCode.INVALID_ARGUMENT, "limit must be a positive integer")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise CassetteError(ErrorCode.INVALID_ARGUMENT, "offset must be a non-negative integer")
+
+
+def _check_since_seq(since_seq: int | None) -> int | None:
+    if since_seq is not None and (isinstance(since_seq, bool) or not isinstance(since_seq, int)):
+        raise CassetteError(ErrorCode.INVALID_ARGUMENT, "since_seq must be an integer")
+    return since_seq
 
 
 def _suggest_scope(value: bool | str) -> str | None:

@@ -17,6 +17,7 @@ from .errors import CassetteError, ErrorCode, translate
 from .hashing import sha256_hex, sql_functions
 from .merkle import SubtreeHash
 from .migrate import apply_pending, current_version, schema_version
+from .postgresql import is_postgres_url
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 DURABILITY_ENV = "CASSETTE_DURABILITY"
@@ -60,6 +61,11 @@ def resolve_durability(durability: str | None) -> str:
 def _check_file(path: str) -> None:
     if path == ":memory:":
         return
+    if is_postgres_url(path):  # every SQLite open passes here: a URL is not a file
+        raise CassetteError(
+            ErrorCode.BACKEND_UNSUPPORTED,
+            "this command does not take a PostgreSQL ledger yet (docs: README, PostgreSQL)",
+        )
     target = Path(path)
     if not target.parent.is_dir():
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {target.parent}")
@@ -154,8 +160,10 @@ def connect(
     durability: str | None = None,
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     migrate: bool = True,
+    new_ledger_id: str | None = None,
 ) -> sqlite3.Connection:
-    """Open (creating if needed) a cassette for reading and writing."""
+    """Open (creating if needed) a cassette for reading and writing. A ledger created by
+    this call takes ``new_ledger_id`` (32 hex digits) when given: a copy's, its source's."""
     path = os.fspath(path)
     sync = _SYNCHRONOUS[resolve_durability(durability)]
     _check_file(path)
@@ -193,7 +201,10 @@ def connect(
                     schema_version=version,
                     supported=latest,
                 )
+            if version == 0 and new_ledger_id is not None:
+                _name_the_new_ledger(conn, new_ledger_id)
             apply_pending(conn)
+            conn.create_function("randomblob", 1, None)  # the built-in again
         # After migrating, so that a failed migration leaves even the header unchanged.
         if path != ":memory:":
             _use_wal(conn, busy_timeout_ms)
@@ -207,6 +218,16 @@ def connect(
         conn.close()
         raise translate(exc) from exc
     return conn
+
+
+def _name_the_new_ledger(conn: sqlite3.Connection, ledger_id: str) -> None:
+    """Migration 0004 names a new ledger with ``randomblob(16)``; during this connection's
+    migrations that call returns ``ledger_id`` instead (SQLite looks an application
+    function up before its own built-in; ``connect`` removes it after migrating)."""
+    chosen = bytes.fromhex(ledger_id)
+    if len(chosen) != 16 or chosen.hex() != ledger_id:
+        raise CassetteError(ErrorCode.INVALID_ARGUMENT, "a ledger_id is 32 lowercase hex digits")
+    conn.create_function("randomblob", 1, lambda n: chosen if n == 16 else os.urandom(n))
 
 
 def _use_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:

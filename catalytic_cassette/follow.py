@@ -46,8 +46,21 @@ def read_after(conn: sqlite3.Connection, since_seq: int, limit: int = BATCH) -> 
         raise translate(exc) from exc
 
 
+# One poll of a ledger's journal (SQLite: ``read_after``; PostgreSQL:
+# ``postgresql/anchors.journal_reader``): up to ``limit`` (seq, body, chain_hash) rows after
+# ``since_seq``, in seq order, read by one short statement.
+JournalReader = Callable[[int, int], list[Any]]
+
+
 def follow(
-    conn: sqlite3.Connection,
+    conn: sqlite3.Connection, since_seq: int = -1, **options: Any
+) -> Iterator[dict[str, Any]]:
+    """``follow_reader`` of a SQLite ledger's connection."""
+    return follow_reader(lambda since, limit: read_after(conn, since, limit), since_seq, **options)
+
+
+def follow_reader(
+    read: JournalReader,
     since_seq: int = -1,
     *,
     table: str | None = None,
@@ -68,7 +81,7 @@ def follow(
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     last = since_seq
     while True:
-        rows = read_after(conn, last)
+        rows = read(last, BATCH)
         for seq, body, chain_hash in rows:
             last = seq
             item = entry(seq, body, chain_hash)

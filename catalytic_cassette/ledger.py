@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -15,10 +16,15 @@ from .connection import (
     ledger_now,
     write_transaction,
 )
+from .migrate import current_version
 from .postgresql import is_postgres_url
 
 if TYPE_CHECKING:
-    from .seals import AutoSeal
+    from collections.abc import Callable
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from .seals import AutoSeal, Seal
 
 L = TypeVar("L", bound="LedgerFile")
 DB_ENV = "CASSETTE_DB"
@@ -63,6 +69,9 @@ class LedgerFile:
         self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
         self.clock: Clock = clock or SystemClock()
         self.conn: sqlite3.Connection
+        # what `cassette init` reports: whether this open made the ledger, and its version
+        self.created = self.db_path == ":memory:" or not os.path.exists(self.db_path)
+        self.schema_version = current_version()
         if read_only:
             self.conn = connect_reader(self.db_path, clock=self.clock)
         else:
@@ -80,6 +89,42 @@ class LedgerFile:
     def ledger_now(self, conn: sqlite3.Connection) -> int:
         """The time a write is dated with, inside its transaction (``connection.ledger_now``)."""
         return ledger_now(conn, self.clock)
+
+    def seal(
+        self,
+        private_key: Ed25519PrivateKey,
+        *,
+        origin: str | None = None,
+        size: int | None = None,
+        before_commit: Callable[[Seal], object] | None = None,
+    ) -> Seal:
+        """Sign the head (or the first ``size`` entries) and record the seal
+        (``seals.record_seal``); ``before_commit`` runs inside its transaction."""
+        from .seals import record_seal
+
+        return record_seal(
+            self.conn,
+            private_key,
+            now_ms=self.now_ms(),
+            origin=origin,
+            size=size,
+            before_commit=before_commit,
+        )
+
+    def export_snapshot(self, path: Path) -> None:
+        """Write one snapshot of the ledger into the new file ``path``, complete on its
+        own (SQLite's online backup; writers keep going)."""
+        from .errors import translate
+
+        try:
+            target = sqlite3.connect(path, isolation_level=None)
+            try:
+                self.conn.backup(target)
+                target.execute("PRAGMA journal_mode = DELETE").fetchall()
+            finally:
+                target.close()
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
 
     def write(self) -> write_transaction:
         """One write transaction; once it commits, the automatic seal (if any) runs."""

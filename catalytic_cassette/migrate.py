@@ -95,14 +95,16 @@ def reference_objects(version: int | None = None) -> list[tuple[str, str, str, s
 
 SCHEMA_FILE_HEADER = """\
 -- The current full schema of a cassette ledger: every migration applied, as SQLite
--- stores it. Generated, never edited: `python -m catalytic_cassette.migrate > schema/cassette.sql`
+-- stores it. Generated, never edited:
+--   python -m catalytic_cassette.migrate > catalytic_cassette/sql/sqlite/schema/cassette.sql
 -- (tests/test_migrations.py fails when it differs from what the migrations create).
--- migrations/ is the authority and carries the comments that explain each rule.
+-- migrations/ beside it is the authority and carries the comments that explain each rule.
 """
 
 
 def full_schema_sql() -> str:
-    """The text of schema/cassette.sql: the SQL of every object the migrations create."""
+    """The text of sql/sqlite/schema/cassette.sql: the SQL of every object the migrations
+    create."""
     statements = [sql + ";" for _, _, _, sql in reference_objects() if sql is not None]
     return SCHEMA_FILE_HEADER + "\n" + "\n\n".join(statements) + "\n"
 

@@ -29,6 +29,12 @@ def plan_body(conn: sqlite3.Connection, plan_id: str) -> dict[str, Any]:
         " WHERE plan_id = ? AND action_type = 'PlanStarted' ORDER BY action_seq LIMIT 1",
         (plan_id,),
     ).fetchone()
+    return body_of(plan_id, row)
+
+
+def body_of(plan_id: str, row: tuple[Any, ...] | None) -> dict[str, Any]:
+    """The body from the plan's PlanStarted row (action_id, metadata_json), or None when
+    the plan has not started; its hash checked."""
     if row is None:
         raise CassetteError(ErrorCode.NOT_FOUND, f"plan {plan_id} has not started")
     metadata = orjson.loads(row[1])

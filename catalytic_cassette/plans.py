@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import payloads
@@ -46,8 +47,7 @@ def plan_started_id(conn: sqlite3.Connection, plan_id: str) -> str | None:
 
 def plan_status(conn: sqlite3.Connection, plan_id: str) -> dict[str, Any]:
     """State, steps with their states and retry counts, and totals of cost and duration."""
-    steps = []
-    for row in conn.execute(
+    steps = conn.execute(
         """
         SELECT s.action_id, s.function_name, s.metadata_json,
                (SELECT count(*) FROM cassette_actions c
@@ -61,8 +61,26 @@ def plan_status(conn: sqlite3.Connection, plan_id: str) -> dict[str, Any]:
          ORDER BY s.action_seq
         """,
         (plan_id,),
-    ):
-        action_id, function_name, metadata_json, retries, outcome = row
+    ).fetchall()
+    totals = conn.execute(
+        "SELECT count(*), coalesce(sum(cost_micros), 0), coalesce(sum(duration_ms), 0)"
+        " FROM cassette_actions WHERE plan_id = ?",
+        (plan_id,),
+    ).fetchone()
+    return plan_status_of(plan_id, steps, totals, lambda: plan_state(conn, plan_id))
+
+
+def plan_status_of(
+    plan_id: str,
+    step_rows: Iterable[tuple[Any, ...]],
+    totals: tuple[Any, ...],
+    state: Callable[[], str],
+) -> dict[str, Any]:
+    """``plan_status`` from its rows, as any backend reads them: each PlanStepStarted
+    (action_id, function_name, metadata_json, retries, closing type) and the plan's
+    (count, cost_micros, duration_ms)."""
+    steps = []
+    for action_id, function_name, metadata_json, retries, outcome in step_rows:
         policy = payloads.loads(metadata_json)
         steps.append(
             {
@@ -77,16 +95,12 @@ def plan_status(conn: sqlite3.Connection, plan_id: str) -> dict[str, Any]:
                 "on_fail": policy.get("on_fail"),
             }
         )
-    count, cost, duration = conn.execute(
-        "SELECT count(*), coalesce(sum(cost_micros), 0), coalesce(sum(duration_ms), 0)"
-        " FROM cassette_actions WHERE plan_id = ?",
-        (plan_id,),
-    ).fetchone()
+    count, cost, duration = totals
     if count == 0:
         raise CassetteError(ErrorCode.NOT_FOUND, f"no actions for plan {plan_id}")
     return {
         "plan_id": plan_id,
-        "state": plan_state(conn, plan_id),
+        "state": state(),
         "steps": steps,
         "actions": count,
         "total_cost": cost / COST_SCALE,
@@ -112,6 +126,12 @@ def load_checkpoint(conn: sqlite3.Connection, checkpoint_id: str) -> dict[str, A
         " WHERE checkpoint_id = ?",
         (checkpoint_id,),
     ).fetchone()
+    return checkpoint_of(checkpoint_id, row)
+
+
+def checkpoint_of(checkpoint_id: str, row: tuple[Any, ...] | None) -> dict[str, Any]:
+    """A checkpoint from its row (checkpoint_id, plan_id, context_json, created_at), or
+    None when there is none; its hash checked."""
     if row is None:
         raise CassetteError(ErrorCode.NOT_FOUND, f"no checkpoint {checkpoint_id}")
     if checkpoint_id_for(row[2]) != row[0]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import base64
 import binascii
 import sqlite3
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -31,42 +32,106 @@ def _checkpoint_of(note: bytes) -> Checkpoint:
     return Checkpoint.from_text(parse_note(note).text)
 
 
-def _covering_seal(conn: sqlite3.Connection, seq: int) -> bytes:
-    row = conn.execute(
-        "SELECT note FROM cassette_seals WHERE tree_size > ? ORDER BY seal_id DESC LIMIT 1",
-        (seq,),
-    ).fetchone()
-    if row is None:
-        raise CassetteError(
-            ErrorCode.NOT_FOUND,
-            f"no recorded seal covers entry {seq}: run `cassette seal` first or pass --seal",
-            seq=seq,
-        )
-    return str(row[0]).encode("utf-8")
+class ProofTree(Protocol):
+    """The RFC 9162 tree of a ledger's journal (``tree.StoredTree`` on SQLite, a tree
+    rebuilt from the bodies on PostgreSQL)."""
+
+    def size(self) -> int: ...
+
+    def root(self, size: int) -> bytes: ...
+
+    def inclusion_proof(self, index: int, size: int) -> list[bytes]: ...
+
+    def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]: ...
+
+
+class ProofSource(Protocol):
+    """What a proof is built from, in one snapshot of one ledger (either backend)."""
+
+    def snapshot(self) -> AbstractContextManager[object]: ...
+
+    def covering_seal(self, seq: int) -> bytes | None: ...
+
+    def entry_body(self, seq: int) -> bytes | None: ...
+
+    def receipt_seq(self, receipt_id: int) -> int | None: ...
+
+    def tree(self) -> ProofTree: ...
+
+
+class SqliteProofSource:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def snapshot(self) -> AbstractContextManager[object]:
+        return read_transaction(self.conn)
+
+    def covering_seal(self, seq: int) -> bytes | None:
+        row = self.conn.execute(
+            "SELECT note FROM cassette_seals WHERE tree_size > ? ORDER BY seal_id DESC LIMIT 1",
+            (seq,),
+        ).fetchone()
+        return None if row is None else str(row[0]).encode("utf-8")
+
+    def entry_body(self, seq: int) -> bytes | None:
+        row = self.conn.execute(
+            "SELECT body FROM cassette_journal WHERE seq = ?", (seq,)
+        ).fetchone()
+        return None if row is None else str(row[0]).encode("utf-8")
+
+    def receipt_seq(self, receipt_id: int) -> int | None:
+        row = self.conn.execute(
+            "SELECT min(seq) FROM cassette_journal WHERE tbl = 'cassette_receipts' AND row_key = ?",
+            (receipt_id,),
+        ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def tree(self) -> ProofTree:
+        return StoredTree(self.conn)
 
 
 def prove_inclusion(conn: sqlite3.Connection, seq: int, seal_note: bytes | None) -> TlogProof:
+    """``inclusion_proof`` of a SQLite ledger."""
+    return inclusion_proof(SqliteProofSource(conn), seq, seal_note)
+
+
+def prove_consistency(
+    conn: sqlite3.Connection, old_note: bytes, new_note: bytes | None
+) -> dict[str, Any]:
+    """``consistency_proof`` of a SQLite ledger."""
+    return consistency_proof(SqliteProofSource(conn), old_note, new_note)
+
+
+def receipt_entry(conn: sqlite3.Connection, receipt_id: int) -> int:
+    """``receipt_seq`` of a SQLite ledger."""
+    return receipt_seq(SqliteProofSource(conn), receipt_id)
+
+
+def inclusion_proof(source: ProofSource, seq: int, seal_note: bytes | None) -> TlogProof:
     """The proof that journal entry ``seq`` is in the tree a seal signed.
 
     Without ``seal_note`` the newest recorded seal that covers the entry is used. The
     proof is checked against the seal's root before it is returned, so a damaged
     stored tree or a seal of another ledger is refused here, not by the auditor.
     """
-    with read_transaction(conn):
-        note = seal_note if seal_note is not None else _covering_seal(conn, seq)
+    with source.snapshot():
+        note = seal_note if seal_note is not None else source.covering_seal(seq)
+        if note is None:
+            raise CassetteError(
+                ErrorCode.NOT_FOUND,
+                f"no recorded seal covers entry {seq}: run `cassette seal` first or pass --seal",
+                seq=seq,
+            )
         checkpoint = _checkpoint_of(note)
-        row = conn.execute(
-            "SELECT body, leaf_hash FROM cassette_journal WHERE seq = ?", (seq,)
-        ).fetchone()
-        if row is None:
+        body = source.entry_body(seq)
+        if body is None:
             raise CassetteError(ErrorCode.NOT_FOUND, f"no journal entry {seq}", seq=seq)
         if not 0 <= seq < checkpoint.size:
             raise CassetteError(
                 ErrorCode.INVALID_ARGUMENT,
                 f"entry {seq} is not covered by a seal of {checkpoint.size} entries",
             )
-        body = str(row[0]).encode("utf-8")
-        path = StoredTree(conn).inclusion_proof(seq, checkpoint.size)
+        path = source.tree().inclusion_proof(seq, checkpoint.size)
     if not merkle.verify_inclusion(
         seq, checkpoint.size, merkle.leaf_hash(body), path, checkpoint.root
     ):
@@ -79,15 +144,46 @@ def prove_inclusion(conn: sqlite3.Connection, seq: int, seal_note: bytes | None)
     return TlogProof(seq, tuple(path), note, body)
 
 
-def receipt_entry(conn: sqlite3.Connection, receipt_id: int) -> int:
+def receipt_seq(source: ProofSource, receipt_id: int) -> int:
     """The journal seq of the entry that committed a receipt."""
-    row = conn.execute(
-        "SELECT min(seq) FROM cassette_journal WHERE tbl = 'cassette_receipts' AND row_key = ?",
-        (receipt_id,),
-    ).fetchone()
-    if row is None or row[0] is None:
+    seq = source.receipt_seq(receipt_id)
+    if seq is None:
         raise CassetteError(ErrorCode.NOT_FOUND, f"no receipt {receipt_id}", receipt_id=receipt_id)
-    return int(row[0])
+    return seq
+
+
+def consistency_proof(
+    source: ProofSource, old_note: bytes, new_note: bytes | None
+) -> dict[str, Any]:
+    """RFC 9162 consistency from an old seal to a newer one, or to the current head
+    (then the new root is the ledger's own, unsigned)."""
+    old = _checkpoint_of(old_note)
+    with source.snapshot():
+        tree = source.tree()
+        if new_note is not None:
+            new = _checkpoint_of(new_note)
+            new_size, new_root = new.size, new.root
+        else:
+            new_size = tree.size()
+            new_root = tree.root(new_size)
+        proof = tree.consistency_proof(old.size, new_size)
+    if not merkle.verify_consistency(old.size, new_size, old.root, new_root, proof):
+        raise CassetteError(
+            ErrorCode.SEAL_MISMATCH,
+            "the ledger does not prove the old seal consistent with the new head",
+            old_size=old.size,
+            new_size=new_size,
+        )
+    return {
+        "format": CONSISTENCY_FORMAT,
+        "old_size": old.size,
+        "new_size": new_size,
+        "old_root": old.root.hex(),
+        "new_root": new_root.hex(),
+        "proof": [base64.b64encode(h).decode("ascii") for h in proof],
+        "old_seal": old_note.decode("utf-8"),
+        "new_seal": new_note.decode("utf-8") if new_note is not None else None,
+    }
 
 
 @dataclass(frozen=True)
@@ -141,40 +237,6 @@ def _check_inclusion(data: bytes, origin: str, key: Ed25519PublicKey) -> ProofCh
     )
     detail["entry"] = proof.extra.decode("utf-8", "replace")
     return ProofCheck(ok, "inclusion", None if ok else "bad_proof", detail)
-
-
-def prove_consistency(
-    conn: sqlite3.Connection, old_note: bytes, new_note: bytes | None
-) -> dict[str, Any]:
-    """RFC 9162 consistency from an old seal to a newer one, or to the current head
-    (then the new root is the ledger's own, unsigned)."""
-    old = _checkpoint_of(old_note)
-    with read_transaction(conn):
-        stored = StoredTree(conn)
-        if new_note is not None:
-            new = _checkpoint_of(new_note)
-            new_size, new_root = new.size, new.root
-        else:
-            new_size = stored.size()
-            new_root = stored.root(new_size)
-        proof = stored.consistency_proof(old.size, new_size)
-    if not merkle.verify_consistency(old.size, new_size, old.root, new_root, proof):
-        raise CassetteError(
-            ErrorCode.SEAL_MISMATCH,
-            "the ledger does not prove the old seal consistent with the new head",
-            old_size=old.size,
-            new_size=new_size,
-        )
-    return {
-        "format": CONSISTENCY_FORMAT,
-        "old_size": old.size,
-        "new_size": new_size,
-        "old_root": old.root.hex(),
-        "new_root": new_root.hex(),
-        "proof": [base64.b64encode(h).decode("ascii") for h in proof],
-        "old_seal": old_note.decode("utf-8"),
-        "new_seal": new_note.decode("utf-8") if new_note is not None else None,
-    }
 
 
 def _canonical_base64(text: object) -> bytes:

@@ -274,7 +274,12 @@ def _checkpoint(
 
 
 def require_ledger(path: str | os.PathLike[str]) -> None:
-    """Sealing or backing up a file that does not exist must not create it."""
+    """Sealing or backing up a file that does not exist must not create it. (A
+    PostgreSQL URL names a database, whose ledger the open checks.)"""
+    from .postgresql import is_postgres_url
+
+    if is_postgres_url(os.fspath(path)):
+        return
     if os.fspath(path) != ":memory:" and not Path(path).is_file():
         raise CassetteError(ErrorCode.NOT_FOUND, f"no such ledger: {os.fspath(path)}")
 

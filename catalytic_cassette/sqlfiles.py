@@ -1,8 +1,9 @@
-"""Find and split the SQL files shipped with the package.
+"""Find and split the SQLite ledger's SQL files, shipped inside the package.
 
-In a wheel, ``schema/`` and ``migrations/`` live inside the package (see
-pyproject.toml). In a source checkout they sit at the top level, beside it. Plain paths
-(not importlib.resources): the wheel installs them as files, and startup stays fast.
+One folder per backend: ``catalytic_cassette/sql/sqlite/`` (``migrations/``, ``schema/``)
+here, ``catalytic_cassette/sql/postgresql/`` for PostgreSQL (``postgresql/sqlfiles.py``).
+Plain paths (not importlib.resources): the wheel installs them as files, and startup stays
+fast.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from typing import NamedTuple
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
+SQLITE_SQL = Path(__file__).resolve().parent / "sql" / "sqlite"
+
+
 def _folder(name: str) -> Path:
-    packaged = Path(__file__).resolve().parent / name
-    if packaged.is_dir():
-        return packaged
-    checkout = packaged.parent.parent / name
-    if checkout.is_dir():
-        return checkout
-    raise FileNotFoundError(f"catalytic_cassette: SQL folder {name!r} is not installed")
+    folder = SQLITE_SQL / name
+    if not folder.is_dir():
+        raise FileNotFoundError(f"catalytic_cassette: SQL folder {name!r} is not installed")
+    return folder
 
 
 class Migration(NamedTuple):

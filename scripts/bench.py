@@ -1135,8 +1135,6 @@ def git_state() -> str:
                 "--porcelain",
                 "--",
                 "catalytic_cassette",
-                "migrations",
-                "schema",
             ],
             capture_output=True,
             text=True,

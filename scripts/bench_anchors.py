@@ -561,7 +561,7 @@ def git_state() -> str:
         dirty = subprocess.run(
             [
                 *("git", "--no-optional-locks", "-C", str(ROOT), "status", "--porcelain"),
-                *("--", "catalytic_cassette", "migrations", "schema"),
+                *("--", "catalytic_cassette"),
             ],
             capture_output=True,
             text=True,

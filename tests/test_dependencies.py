@@ -18,8 +18,14 @@ PACKAGE = ROOT / "catalytic_cassette"
 DISTRIBUTION_OF = {"yaml": "pyyaml"}
 
 
-# Modules that only an optional extra serves: module file name -> the extra it needs.
-OPTIONAL_MODULES = {"mcp_server.py": "mcp"}
+# Modules that only an optional extra serves: the module's path in the package (a folder
+# ends in "/": every module under it) -> (the extra, the import name it provides).
+OPTIONAL_MODULES = {"mcp_server.py": ("mcp", "mcp"), "postgresql/": ("postgresql", "psycopg")}
+
+
+def _optional(package: Path, source: Path, name: str) -> bool:
+    relative = source.relative_to(package).as_posix()
+    return relative == name or (name.endswith("/") and relative.startswith(name))
 
 
 def imported_top_level_modules(package: Path, *, only: str | None = None) -> set[str]:
@@ -28,8 +34,10 @@ def imported_top_level_modules(package: Path, *, only: str | None = None) -> set
     extras are left out, or read alone with ``only``."""
     found: set[str] = set()
     for source in package.rglob("*.py"):
-        optional = source.name in OPTIONAL_MODULES
-        if (only is None and optional) or (only is not None and source.name != only):
+        optional = any(_optional(package, source, name) for name in OPTIONAL_MODULES)
+        if (only is None and optional) or (
+            only is not None and not _optional(package, source, only)
+        ):
             continue
         tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
         for node in ast.walk(tree):
@@ -66,11 +74,11 @@ def test_declared_runtime_dependencies_are_exactly_the_imported_ones() -> None:
 
 def test_an_optional_module_imports_only_the_runtime_ones_and_its_extra() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    for module, extra in OPTIONAL_MODULES.items():
+    for module, (extra, provided) in OPTIONAL_MODULES.items():
         assert extra in project["optional-dependencies"]
         imported = third_party(imported_top_level_modules(PACKAGE, only=module))
-        assert imported <= declared_runtime_dependencies() | {extra}
-        assert extra in imported
+        assert imported <= declared_runtime_dependencies() | {provided}
+        assert provided in imported
 
 
 def test_the_import_scan_sees_nested_and_type_checking_imports(tmp_path: Path) -> None:

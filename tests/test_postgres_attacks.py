@@ -142,6 +142,11 @@ OWNER_ATTACKS = [
     ("UPDATE cassette_head SET next_seq = 100", ErrorCode.JOURNAL_BROKEN),
     ("DELETE FROM cassette_head", ErrorCode.JOURNAL_BROKEN),
     ("SELECT cassette_advance_clock(-1)", ErrorCode.INVALID_ARGUMENT),
+    (
+        "UPDATE cassette_meta SET value = repeat('a', 32) WHERE key = 'ledger_id'",
+        ErrorCode.APPEND_ONLY,
+    ),
+    ("DELETE FROM cassette_meta", ErrorCode.APPEND_ONLY),
 ]
 
 
@@ -246,3 +251,32 @@ def test_only_a_superuser_skips_the_triggers_and_the_chain_shows_it(owner: Any) 
     owner.execute("SET session_replication_role = origin")
     (body,) = owner.execute("SELECT body FROM cassette_journal WHERE seq = 0").fetchone()
     assert "forged" not in body
+
+
+def test_a_login_role_in_the_worker_role_uses_the_whole_worker_api(seeded: str, owner: Any) -> None:
+    """What a runner host gets: its own login, member of cassette_worker, and the package
+    used as usual with that URL (post, claim, complete, requeue, status)."""
+    import uuid
+
+    from psycopg import sql
+
+    from . import postgres
+
+    name = "runner_" + uuid.uuid4().hex[:8]
+    owner.execute(
+        sql.SQL("CREATE ROLE {} LOGIN IN ROLE cassette_worker").format(sql.Identifier(name))
+    )
+    try:
+        url = seeded.replace("postgresql://postgres@", f"postgresql://{name}@", 1)
+        assert postgres.database_name(url) == postgres.database_name(seeded)
+        with MessageCassette(url) as cassette:
+            cassette.post_message({"from": name}, "run", "WORKER")
+            lease = cassette.claim_step("run", name)
+            cassette.complete_step("run", lease["step_id"], name, 1, {}, "SUCCESS")
+            assert cassette.status("run")["receipts"]["SUCCESS"] == 1
+            assert cassette.requeue("run") == []
+        with psycopg.connect(url, autocommit=True) as conn:
+            refused_with(conn, ErrorCode.PERMISSION_DENIED, "DELETE FROM cassette_receipts")
+    finally:
+        owner.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        owner.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))

@@ -201,3 +201,23 @@ def render_like_sqlite(conn: sqlite3.Connection, body: str) -> str:
         [entry["table"], entry["op"], entry["key"], *inner],
     ).fetchone()
     return str(rendered)
+
+
+def test_a_write_that_waits_past_the_busy_timeout_is_busy_and_writes_nothing(
+    pg_ledger: str,
+) -> None:
+    """Another session holds the head (it wrote, and has not committed): a write that
+    waits longer than its busy timeout is BUSY, writes nothing, leaves no transaction."""
+    import psycopg
+
+    ledger = Ledger("postgresql", pg_ledger)
+    with ledger.open() as cassette:
+        cassette.post_message({"a": 1}, "run", "USER")
+    before = ledger.journal()
+    with psycopg.connect(pg_ledger) as holder:  # not autocommit: a transaction stays open
+        holder.execute("SELECT cassette_tx_ms()")
+        with ledger.open(busy_timeout_ms=200) as waiting:
+            refused(ErrorCode.BUSY, waiting.post_message, {"b": 2}, "run", "USER")
+            assert waiting.pg.info.transaction_status.name == "IDLE"
+        holder.rollback()
+    assert ledger.journal() == before

@@ -489,6 +489,26 @@ def test_verify_against_a_seal_catches_a_recomputed_chain(
     assert "forked" in errors(report)
 
 
+def test_recorded_seals_and_the_ledger_id(busy: str) -> None:
+    """Seals the ledger records must be the roots rebuilt from the bodies, and the
+    ledger_id the one their default origin names."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    with MessageCassette(busy) as cassette:
+        cassette.seal(Ed25519PrivateKey.generate())
+        cassette.post_message({"after": "the seal"}, "run", "USER")
+    assert verify(busy).findings == []
+    with psycopg.connect(busy, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")
+        conn.execute("UPDATE cassette_seals SET root_hex = repeat('ab', 32)")
+        report = verify(busy)
+        assert {"seal_mismatch", "state_mismatch"} == errors(report)
+        conn.execute("UPDATE cassette_meta SET value = repeat('0', 32) WHERE key = 'ledger_id'")
+        report = verify(busy)
+        assert "schema_changed" in errors(report)
+        assert any("ledger_id" in f.detail for f in report.errors)
+
+
 # ------------------------------------------------------------------------ one snapshot
 
 

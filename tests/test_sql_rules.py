@@ -1315,7 +1315,8 @@ def test_a_negative_id_is_refused_and_blocks_no_later_insert(
 
 # ---------------------------------------------------- the codes in the SQL are the enum
 
-SQL_FILES = sorted([*ROOT.glob("migrations/*.sql"), *ROOT.glob("schema/*.sql")])
+SQLITE_SQL = ROOT / "catalytic_cassette" / "sql" / "sqlite"
+SQL_FILES = sorted([*SQLITE_SQL.glob("migrations/*.sql"), *SQLITE_SQL.glob("schema/*.sql")])
 RAISE_ANY = re.compile(r"\bRAISE\s*\(", re.IGNORECASE)
 RAISE_CODED = re.compile(r"\bRAISE\s*\(\s*ABORT\s*,\s*'([A-Z][A-Z0-9_]*): ", re.IGNORECASE)
 NAMED_CHECK = re.compile(r"\bCONSTRAINT\s+(\w+)\s+CHECK\b", re.IGNORECASE)
@@ -1332,11 +1333,13 @@ def codes_in(path: Path) -> set[str]:
 
 
 def test_the_sql_files_are_found() -> None:
-    names = {path.relative_to(ROOT).as_posix() for path in SQL_FILES}
+    names = {path.relative_to(SQLITE_SQL).as_posix() for path in SQL_FILES}
     assert {"migrations/0001_cassette.sql", "schema/cassette.sql", "schema/connection.sql"} <= names
 
 
-@pytest.mark.parametrize("path", SQL_FILES, ids=lambda path: path.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize(
+    "path", SQL_FILES, ids=lambda path: path.relative_to(SQLITE_SQL).as_posix()
+)
 def test_every_refusal_in_the_sql_is_an_error_code(path: Path) -> None:
     text = sql_text(path)
     coded = RAISE_CODED.findall(text)
@@ -1349,15 +1352,15 @@ def test_every_refusal_in_the_sql_is_an_error_code(path: Path) -> None:
 
 
 def test_the_full_schema_raises_exactly_what_the_migrations_raise() -> None:
-    migrations = set().union(*(codes_in(path) for path in ROOT.glob("migrations/*.sql")))
-    assert codes_in(ROOT / "schema" / "cassette.sql") == migrations
+    migrations = set().union(*(codes_in(path) for path in SQLITE_SQL.glob("migrations/*.sql")))
+    assert codes_in(SQLITE_SQL / "schema" / "cassette.sql") == migrations
 
 
 def test_every_code_of_migration_0001_is_provoked_here() -> None:
     """This file is complete for 0001: each code it can raise is provoked above."""
     clock_rules = {"INVALID_TTL", "LEASE_EXPIRED", "LEASE_NOT_EXPIRED"}
-    assert clock_rules <= codes_in(ROOT / "schema" / "connection.sql")
-    wanted = codes_in(ROOT / "migrations" / "0001_cassette.sql") | clock_rules
+    assert clock_rules <= codes_in(SQLITE_SQL / "schema" / "connection.sql")
+    wanted = codes_in(SQLITE_SQL / "migrations" / "0001_cassette.sql") | clock_rules
     provoked = {param.values[1].value for param in [*RAW_CASES, *PACKAGE_CASES]}
     provoked |= {param.values[1].value for param in AFTER_EXPIRY_CASES}
     assert wanted - provoked == set()

@@ -13,15 +13,18 @@ import click
 from .boundary import EXIT_CANNOT_VERIFY, emit
 from .commands import Settings
 from .output import progress_bar
-from .params import INPUT_FILE, OUTPUT_FILE, OUTPUT_FILE_OR_DIR
+from .params import INPUT_FILE, OUTPUT_FILE, OUTPUT_FILE_OR_DIR, OUTPUT_LEDGER
 
 if TYPE_CHECKING:
     import sqlite3
 
+    from ..proofs import ProofSource
+
 
 @contextmanager
 def _reading(ctx: click.Context) -> Iterator[sqlite3.Connection]:
-    """A read-only connection to an existing ledger: proving never creates or changes it."""
+    """A read-only connection to an existing ledger file: reading never creates or
+    changes it."""
     from ..connection import connect_reader
 
     settings = ctx.find_object(Settings)
@@ -29,6 +32,37 @@ def _reading(ctx: click.Context) -> Iterator[sqlite3.Connection]:
     conn = connect_reader(settings.db)
     try:
         yield conn
+    finally:
+        conn.close()
+
+
+@contextmanager
+def _proving(ctx: click.Context) -> Iterator[ProofSource]:
+    """What proofs are built from, read-only: proving never creates or changes a ledger.
+    The backend is chosen here, when the ledger is opened."""
+    from ..postgresql import is_postgres_url
+
+    settings = ctx.find_object(Settings)
+    assert settings is not None
+    if is_postgres_url(settings.db):
+        from ..connection import DEFAULT_BUSY_TIMEOUT_MS
+        from ..postgresql import connection
+        from ..postgresql.anchors import PgProofSource
+
+        pg = connection.connect(
+            settings.db, durability="full", busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, read_only=True
+        )
+        try:
+            yield PgProofSource(pg)
+        finally:
+            pg.close()
+        return
+    from ..connection import connect_reader
+    from ..proofs import SqliteProofSource
+
+    conn = connect_reader(settings.db)
+    try:
+        yield SqliteProofSource(conn)
     finally:
         conn.close()
 
@@ -77,7 +111,7 @@ def seal(ctx: click.Context, key_path: str, out: str | None, origin: str | None)
     then detects any rewrite of the first sealed entries.
     """
     from ..cassette import MessageCassette
-    from ..seals import Seal, record_seal, require_ledger, write_seal_file
+    from ..seals import Seal, require_ledger, write_seal_file
     from ..signing import load_private
 
     settings = ctx.find_object(Settings)
@@ -91,9 +125,7 @@ def seal(ctx: click.Context, key_path: str, out: str | None, origin: str | None)
             written.append(write_seal_file(sealed, out))
 
     with MessageCassette(settings.db, durability=settings.durability) as cassette:
-        sealed = record_seal(
-            cassette.conn, key, now_ms=cassette.now_ms(), origin=origin, before_commit=write_file
-        )
+        sealed = cassette.seal(key, origin=origin, before_commit=write_file)
     emit({**sealed.to_dict(), "path": str(written[0]) if written else None})
 
 
@@ -103,11 +135,11 @@ def prove() -> None:
 
 
 def _inclusion(ctx: click.Context, seq: int, seal_file: str | None, out: str | None) -> None:
-    from ..proofs import prove_inclusion
+    from ..proofs import inclusion_proof
 
     note = _read_seal(seal_file) if seal_file is not None else None
-    with _reading(ctx) as conn:
-        proof = prove_inclusion(conn, seq, note)
+    with _proving(ctx) as source:
+        proof = inclusion_proof(source, seq, note)
     _write_or_print(proof.to_bytes(), out, {"index": seq, "path_length": len(proof.path)})
 
 
@@ -140,10 +172,10 @@ def prove_receipt(
     ctx: click.Context, receipt_id: int, seal_file: str | None, out: str | None
 ) -> None:
     """Inclusion proof of the journal entry that committed receipt RECEIPT_ID."""
-    from ..proofs import receipt_entry
+    from ..proofs import receipt_seq
 
-    with _reading(ctx) as conn:
-        seq = receipt_entry(conn, receipt_id)
+    with _proving(ctx) as source:
+        seq = receipt_seq(source, receipt_id)
     _inclusion(ctx, seq, seal_file, out)
 
 
@@ -160,11 +192,11 @@ def prove_consistency_command(
     """RFC 9162 proof that OLD_SEAL's tree is a prefix of NEW_SEAL's (or of the head)."""
     import orjson
 
-    from ..proofs import prove_consistency
+    from ..proofs import consistency_proof
 
     new_note = _read_seal(new_seal) if new_seal is not None else None
-    with _reading(ctx) as conn:
-        doc = prove_consistency(conn, _read_seal(old_seal), new_note)
+    with _proving(ctx) as source:
+        doc = consistency_proof(source, _read_seal(old_seal), new_note)
     data = orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
     _write_or_print(data, out, {"old_size": doc["old_size"], "new_size": doc["new_size"]})
 
@@ -225,7 +257,7 @@ def backup(ctx: click.Context, dest: str, key_path: str, origin: str | None) -> 
 
 @click.command()
 @click.argument("source", type=INPUT_FILE)
-@click.argument("dest", type=OUTPUT_FILE)
+@click.argument("dest", type=OUTPUT_LEDGER)
 @click.option(
     "--public-key",
     type=INPUT_FILE,
@@ -237,7 +269,8 @@ def backup(ctx: click.Context, dest: str, key_path: str, origin: str | None) -> 
     "--seal", "seal_file", type=INPUT_FILE, default=None, help="Seal file (default: SOURCE.seal)."
 )
 def restore(source: str, dest: str, public_key: str, origin: str, seal_file: str | None) -> None:
-    """Copy backup SOURCE to DEST only if it verifies and is exactly what its seal signed."""
+    """Copy backup SOURCE to DEST only if it verifies and is exactly what its seal signed
+    (DEST: a new file, or an empty PostgreSQL ledger's URL)."""
     from ..backup import restore as run_restore
     from ..signing import load_public
     from ..tree import journal_size

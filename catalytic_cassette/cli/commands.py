@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -151,11 +150,14 @@ def cli(
 @click.pass_context
 def init(ctx: click.Context) -> None:
     """Create the ledger (or apply pending migrations) and print its version."""
-    from ..migrate import current_version
-
-    existed = os.path.exists(ctx.find_object(Settings).db)  # type: ignore[union-attr]
     cassette = _open(ctx)
-    emit({"db": cassette.db_path, "created": not existed, "schema_version": current_version()})
+    emit(
+        {
+            "db": cassette.db_path,
+            "created": cassette.created,
+            "schema_version": cassette.schema_version,
+        }
+    )
 
 
 @click.command()
@@ -486,18 +488,24 @@ def _progress(db: str) -> Iterator[Callable[[int], None] | None]:
 def migrate(ctx: click.Context, check: bool) -> None:
     """Apply pending schema migrations in one transaction (a failure changes nothing)."""
     from ..migrate import current_version, pending_versions
+    from ..postgresql import is_postgres_url
 
     settings = ctx.find_object(Settings)
     assert settings is not None
-    pending = pending_versions(settings.db)
+    if is_postgres_url(settings.db):  # the backend is chosen here, when the ledger is opened
+        from ..postgresql import connection, sqlfiles
+
+        pending, latest = connection.pending_versions(settings.db), len(sqlfiles.migrations())
+    else:
+        pending, latest = pending_versions(settings.db), current_version()
     if check:
-        emit({"db": settings.db, "latest": current_version(), "pending": pending})
+        emit({"db": settings.db, "latest": latest, "pending": pending})
         if pending:
             click.echo(f"pending: {len(pending)} migration(s)", err=True)
             ctx.exit(1)
         return
-    _open(ctx)
-    emit({"db": settings.db, "applied": pending, "schema_version": current_version()})
+    cassette = _open(ctx)
+    emit({"db": settings.db, "applied": pending, "schema_version": cassette.schema_version})
 
 
 @click.command()
@@ -514,9 +522,34 @@ def demo(demo_db: str | None, workers: int) -> None:
         click.get_current_context().exit(1)
 
 
+@click.command("copy")
+@click.argument("source")
+@click.argument("dest")
+@click.pass_context
+def copy_command(ctx: click.Context, source: str, dest: str) -> None:
+    """Copy ledger SOURCE into DEST (files or postgresql:// URLs, either way) with its
+    journal byte for byte, every row passing DEST's rules; DEST is new, empty, or an
+    earlier copy (only the rest is copied). A refusal changes nothing."""
+    from ..copying import copy_ledger
+
+    settings = ctx.find_object(Settings)
+    emit(copy_ledger(source, dest, durability=settings.durability if settings else None))
+
+
 def register(group: click.Group) -> None:
     """Add this module's commands to ``group``."""
-    for command in (init, post, claim, complete, requeue, status, verify, migrate, demo):
+    for command in (
+        init,
+        post,
+        claim,
+        complete,
+        requeue,
+        status,
+        verify,
+        migrate,
+        demo,
+        copy_command,
+    ):
         group.add_command(command)
 
 

@@ -4,8 +4,10 @@ validation, tail, metrics, session verify, plan bodies, bundles and the MCP serv
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -16,6 +18,9 @@ from .chain_commands import open_chain
 from .commands import Settings
 from .output import output_options, render
 from .reasoning_commands import plan as plan_group
+
+if TYPE_CHECKING:
+    from ..follow import JournalReader
 
 
 def _one_scope(plan: str | None, session: str | None, intent: str | None) -> None:
@@ -103,6 +108,32 @@ def validate_chain(ctx: click.Context, action_id: str) -> None:
         ctx.exit(1)
 
 
+@contextmanager
+def _journal(ctx: click.Context) -> Iterator[JournalReader]:
+    """Polls of the journal, read-only; the backend is chosen here, when it is opened."""
+    from ..postgresql import is_postgres_url
+
+    settings = ctx.find_object(Settings)
+    assert settings is not None
+    if is_postgres_url(settings.db):
+        from ..connection import DEFAULT_BUSY_TIMEOUT_MS
+        from ..postgresql import connection
+        from ..postgresql.anchors import journal_reader
+
+        pg = connection.connect(
+            settings.db, durability="full", busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, read_only=True
+        )
+        try:
+            yield journal_reader(pg)
+        finally:
+            pg.close()
+        return
+    from ..follow import read_after
+
+    with _reading(ctx) as conn:
+        yield lambda since, limit: read_after(conn, since, limit)
+
+
 @click.command()
 @click.option(
     "--since-seq",
@@ -139,13 +170,13 @@ def tail(
 ) -> None:
     """Journal entries as JSON lines, in seq order, as they commit. Read-only; restart
     with --since-seq LAST for no gap and no duplicate."""
-    from ..follow import follow
+    from ..follow import follow_reader
 
     printed = 0
-    with _reading(ctx) as conn:
+    with _journal(ctx) as read:
         try:
-            for item in follow(
-                conn,
+            for item in follow_reader(
+                read,
                 since_seq,
                 table=table,
                 keep_following=keep_following,

@@ -19,11 +19,14 @@ class OutputPath(click.Path):
     """A path to write: its directory must exist; with ``dir_okay``, an existing directory
     (or a path ending in ``/``) means "write a file named for the content in it"."""
 
-    def __init__(self, *, dir_okay: bool = False) -> None:
+    def __init__(self, *, dir_okay: bool = False, database_ok: bool = False) -> None:
         super().__init__(dir_okay=dir_okay)
+        self.database_ok = database_ok
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value)
+        if self.database_ok and text.startswith(("postgresql://", "postgres://")):
+            return text  # a ledger in a database: the open checks it
         target = Path(text)
         wants_dir = text.endswith(("/", "\\")) or target.is_dir()
         if wants_dir and not self.dir_okay:
@@ -37,3 +40,5 @@ class OutputPath(click.Path):
 
 OUTPUT_FILE = OutputPath()
 OUTPUT_FILE_OR_DIR = OutputPath(dir_okay=True)
+# Where a ledger is written: a new file, or a postgresql:// URL.
+OUTPUT_LEDGER = OutputPath(database_ok=True)

@@ -28,16 +28,19 @@ from ..connection import DEFAULT_BUSY_TIMEOUT_MS, resolve_durability
 from ..errors import CassetteError, ErrorCode
 from ..lease_limits import DEFAULT_TTL_SECONDS
 from ..ledger import default_db_path
-from . import connection
+from . import connection, sqlfiles
 from .sqlfiles import query
 
 if TYPE_CHECKING:
     import sqlite3
+    from collections.abc import Callable
+    from pathlib import Path
 
     import psycopg
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from ..connection import write_transaction
-    from ..seals import AutoSeal
+    from ..seals import AutoSeal, Seal
     from ..verify import VerifyReport
     from ..worker_keys import PinnedKey, WorkerKey
 
@@ -75,12 +78,15 @@ class PgMessageCassette(MessageCassette):
         self.auto_seal = None
         self.clock = SystemClock()
         self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
+        every = len(sqlfiles.migrations())
+        self.created = not read_only and len(connection.pending_versions(self.db_path)) == every
         self.pg: psycopg.Connection[Any] = connection.connect(
             self.db_path,
             durability=resolve_durability(durability),
             busy_timeout_ms=busy_timeout_ms,
             read_only=read_only,
         )
+        self.schema_version = every
 
     def _fetch(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
         """One named query in its own transaction."""
@@ -98,6 +104,34 @@ class PgMessageCassette(MessageCassette):
 
     def write(self) -> write_transaction:
         unsupported("a raw SQLite write transaction")
+
+    def export_snapshot(self, path: Path) -> None:
+        """One snapshot of the journal copied into the new file ``path``, every entry
+        through SQLite's law (``copying``): a backup that restores into either backend."""
+        import sqlite3
+
+        from ..copying import copy_ledger
+
+        copy_ledger(self.db_path, os.fspath(path))
+        conn = sqlite3.connect(path)
+        try:
+            conn.execute("PRAGMA journal_mode = DELETE").fetchall()  # one file, no -wal
+        finally:
+            conn.close()
+
+    def seal(
+        self,
+        private_key: Ed25519PrivateKey,
+        *,
+        origin: str | None = None,
+        size: int | None = None,
+        before_commit: Callable[[Seal], object] | None = None,
+    ) -> Seal:
+        from .anchors import record_seal
+
+        return record_seal(
+            self.pg, private_key, origin=origin, size=size, before_commit=before_commit
+        )
 
     def close(self) -> None:
         self.pg.close()

@@ -130,6 +130,21 @@ def _require_current(conn: psycopg.Connection[Any]) -> None:
         raise CassetteError(ErrorCode.SCHEMA_OUTDATED, f"schema {version} is older than {latest}")
 
 
+def pending_versions(url: str) -> list[int]:
+    """Versions the ledger at ``url`` still needs, read without changing it; all of them
+    for a database that holds no ledger yet."""
+    _require_psycopg()
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            version = applied_version(conn) or 0
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    latest = len(sqlfiles.migrations())
+    if version > latest:
+        raise CassetteError(ErrorCode.SCHEMA_TOO_NEW, f"schema {version} is newer than {latest}")
+    return list(range(version + 1, latest + 1))
+
+
 def migrate(conn: psycopg.Connection[Any]) -> int:
     """Apply pending migrations, each in its own transaction with the version row it
     writes; return the version reached. A database holding tables but no ledger is

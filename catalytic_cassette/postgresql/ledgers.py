@@ -13,9 +13,14 @@ def postgres_class(cls: type[C]) -> type[C]:
     """The PostgreSQL counterpart of ``cls`` (itself if it is one); BACKEND_UNSUPPORTED
     for an entry point not ported yet."""
     from ..cassette import MessageCassette
+    from ..chain import CausalChain
     from .cassette import PgMessageCassette
+    from .chain import PgCausalChain
 
-    counterparts: dict[type, type] = {MessageCassette: PgMessageCassette}
+    counterparts: dict[type, type] = {
+        MessageCassette: PgMessageCassette,
+        CausalChain: PgCausalChain,
+    }
     for sqlite_class, pg_class in counterparts.items():
         if issubclass(cls, pg_class):
             return cls

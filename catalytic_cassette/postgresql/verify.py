@@ -17,7 +17,7 @@ computed here.
 2. **Chain** (``verify/chain.py``, the SQLite verifier's own walk): the journal streamed
    in seq order from a server-side cursor, constant memory; every leaf and link hash
    recomputed; the head row (``cassette_head``) agrees with the last entry
-   (``journal_head``).
+   (``journal_head``); recorded seals match the roots rebuilt from the bodies.
 3-5. **State, consistency, time**: the journal and the tables are copied, as read, into
    a private SQLite database in a temporary directory (on disk: memory stays bounded),
    and the SQLite verifier's own checks run on it (``verify/state.py``,
@@ -43,7 +43,8 @@ from ..verify.chain import TreeWalk, walk_entries
 from ..verify.consistency import check_checkpoint_ids, check_consistency, check_dense_ids
 from ..verify.findings import Collector, Finding, FindingKind, VerifyReport
 from ..verify.options import Level, VerifyOptions
-from ..verify.seals import UNANCHORED_NOTE, judge_anchors
+from ..verify.schema import check_ledger_id, meta_is_a_cassettes
+from ..verify.seals import UNANCHORED_NOTE, check_recorded_seals, judge_anchors, recorded_seals
 from ..verify.signatures import check_signatures
 from ..verify.state import check_state
 from ..verify.tables import TABLES
@@ -124,10 +125,16 @@ def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyRepo
     with tempfile.TemporaryDirectory(prefix="cassette-verify-") as private:
         mirror = Mirror(Path(private) / "mirror.db", journal=full or bool(anchors))
         try:
-            walk = None
-            if anchors:
-                wanted = {a.checkpoint.size for a in anchors if a.checkpoint is not None}
-                walk = TreeWalk(mirror.conn, out, wanted, stored_nodes=False)
+            tables = _tables_present(conn) if full and intact else []
+            seals: list[tuple[int, int, str, str]] = []
+            if full and intact:  # the ledger's identity, and the seals it records
+                if "cassette_seals" in tables:
+                    mirror.copy_table(conn, "cassette_seals")
+                    seals = recorded_seals(mirror.conn)
+                _check_meta(conn, mirror.conn, out)
+            wanted = {size for _, size, _, _ in seals}
+            wanted.update(a.checkpoint.size for a in anchors or () if a.checkpoint is not None)
+            walk = TreeWalk(mirror.conn, out, wanted, stored_nodes=False) if wanted else None
             journal = conn.cursor(name="cassette_verify_journal")
             journal.execute(query("verify_journal"))
             report.journal_rows = walk_entries(
@@ -137,16 +144,22 @@ def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyRepo
             if walk is not None:
                 walk.finish()
             _check_head(conn, out, report.journal_rows, mirror.last_chain, "cassette_head" in found)
-            if anchors and walk is not None:  # (reads the copied journal)
-                judge_anchors(mirror.conn, report, out, anchors, walk.roots)
+            roots = walk.roots if walk is not None else {}
+            if seals:
+                check_recorded_seals(
+                    out, seals, roots, report.journal_rows, options.seal_key, options.origin
+                )
+            if anchors:  # (reads the copied journal)
+                judge_anchors(mirror.conn, report, out, anchors, roots)
             if not full:
                 report.notes.append(
                     "quick level: the stored tree, state, consistency and time not checked"
                 )
                 return report
             if intact:
-                for table in _tables_present(conn):
-                    mirror.copy_table(conn, table)
+                for table in tables:
+                    if table != "cassette_seals":  # (copied above)
+                        mirror.copy_table(conn, table)
                 mirror.commit()
                 out.merge(_check_rows(mirror.conn, options, now_ms))
                 if options.public_key is not None:
@@ -190,6 +203,21 @@ def _check_structure(
             f" migrations make {latest}: regenerate it (postgresql/catalog.py)",
         )
     return catalog.compare(reference["objects"], catalog.describe(conn), out)
+
+
+def _check_meta(conn: psycopg.Connection[Any], mirror: sqlite3.Connection, out: Collector) -> None:
+    """cassette_meta is a ledger's (format, a ledger_id of 32 hex digits), and its
+    ledger_id the one the seals under the default origin name (``verify/schema.py``)."""
+    meta = [(str(k), str(v)) for k, v in conn.execute(query("verify_meta"))]
+    if not meta_is_a_cassettes(meta):
+        out.add(
+            Finding(
+                FindingKind.SCHEMA_CHANGED,
+                "cassette_meta differs from a cassette's",
+                table="cassette_meta",
+            )
+        )
+    check_ledger_id(mirror, out, dict(meta))
 
 
 def _check_head(

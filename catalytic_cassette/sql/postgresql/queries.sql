@@ -50,3 +50,146 @@ SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal WHERE seq >= %(sta
 
 -- name: advance_clock
 SELECT cassette_advance_clock(%(ms)s);
+
+-- ------------------------------------------------------------ the causal chain
+-- Actions are read with the columns of actions.COLUMNS, in that order.
+
+-- name: append_action
+SELECT action_seq, action_time
+  FROM cassette_append_action(%(action_id)s, %(parent_action_id)s, %(plan_id)s, %(intent_id)s,
+                              %(session_id)s, %(action_type)s, %(function_name)s,
+                              %(arguments_json)s, %(arguments_artifact)s, %(result_json)s,
+                              %(result_artifact)s, %(success)s, %(error_message)s,
+                              %(cost_micros)s, %(duration_ms)s, %(metadata_json)s,
+                              %(caused_by)s, %(rationale)s, %(category)s);
+
+-- name: save_checkpoint
+SELECT cassette_save_checkpoint(%(checkpoint_id)s, %(plan_id)s, %(context_json)s);
+
+-- name: action_by_id
+SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, action_type,
+       function_name, arguments_json, arguments_artifact, result_json, result_artifact, success,
+       error_message, cost_micros, duration_ms, "timestamp", metadata_json, caused_by, rationale,
+       category
+  FROM cassette_actions WHERE action_id = %(action_id)s;
+
+-- name: action_exists
+SELECT 1 FROM cassette_actions WHERE action_id = %(action_id)s;
+
+-- name: actions_of_plan
+SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, action_type,
+       function_name, arguments_json, arguments_artifact, result_json, result_artifact, success,
+       error_message, cost_micros, duration_ms, "timestamp", metadata_json, caused_by, rationale,
+       category
+  FROM cassette_actions WHERE plan_id = %(value)s ORDER BY action_seq;
+
+-- name: actions_of_intent
+SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, action_type,
+       function_name, arguments_json, arguments_artifact, result_json, result_artifact, success,
+       error_message, cost_micros, duration_ms, "timestamp", metadata_json, caused_by, rationale,
+       category
+  FROM cassette_actions WHERE intent_id = %(value)s ORDER BY action_seq;
+
+-- name: actions_of_session
+SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, action_type,
+       function_name, arguments_json, arguments_artifact, result_json, result_artifact, success,
+       error_message, cost_micros, duration_ms, "timestamp", metadata_json, caused_by, rationale,
+       category
+  FROM cassette_actions WHERE session_id = %(value)s ORDER BY action_seq;
+
+-- name: children
+SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, action_type,
+       function_name, arguments_json, arguments_artifact, result_json, result_artifact, success,
+       error_message, cost_micros, duration_ms, "timestamp", metadata_json, caused_by, rationale,
+       category
+  FROM cassette_actions WHERE parent_action_id = %(value)s ORDER BY action_seq;
+
+-- name: subtree
+WITH RECURSIVE tree(action_id) AS (
+    SELECT action_id FROM cassette_actions WHERE action_id = %(action_id)s
+    UNION ALL
+    SELECT a.action_id FROM cassette_actions a JOIN tree t ON a.parent_action_id = t.action_id
+)
+SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, action_type,
+       function_name, arguments_json, arguments_artifact, result_json, result_artifact, success,
+       error_message, cost_micros, duration_ms, "timestamp", metadata_json, caused_by, rationale,
+       category
+  FROM cassette_actions WHERE action_id IN (SELECT action_id FROM tree) ORDER BY action_seq;
+
+-- name: find_actions
+SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, action_type,
+       function_name, arguments_json, arguments_artifact, result_json, result_artifact, success,
+       error_message, cost_micros, duration_ms, "timestamp", metadata_json, caused_by, rationale,
+       category
+  FROM cassette_actions
+ WHERE (%(plan_id)s::text IS NULL OR plan_id = %(plan_id)s)
+   AND (%(intent_id)s::text IS NULL OR intent_id = %(intent_id)s)
+   AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+   AND (%(action_type)s::text IS NULL OR action_type = %(action_type)s)
+   AND (%(function_name)s::text IS NULL OR function_name = %(function_name)s)
+   AND (%(since_seq)s::bigint IS NULL OR action_seq > %(since_seq)s)
+   AND (%(after)s::bigint IS NULL OR "timestamp" >= %(after)s)
+   AND (%(before)s::bigint IS NULL OR "timestamp" < %(before)s)
+ ORDER BY action_seq
+ LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: find_actions_newest_first
+SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, action_type,
+       function_name, arguments_json, arguments_artifact, result_json, result_artifact, success,
+       error_message, cost_micros, duration_ms, "timestamp", metadata_json, caused_by, rationale,
+       category
+  FROM cassette_actions
+ WHERE (%(plan_id)s::text IS NULL OR plan_id = %(plan_id)s)
+   AND (%(intent_id)s::text IS NULL OR intent_id = %(intent_id)s)
+   AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+   AND (%(action_type)s::text IS NULL OR action_type = %(action_type)s)
+   AND (%(function_name)s::text IS NULL OR function_name = %(function_name)s)
+   AND (%(since_seq)s::bigint IS NULL OR action_seq > %(since_seq)s)
+   AND (%(after)s::bigint IS NULL OR "timestamp" >= %(after)s)
+   AND (%(before)s::bigint IS NULL OR "timestamp" < %(before)s)
+ ORDER BY action_seq DESC
+ LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: plan_state
+SELECT action_type FROM cassette_actions
+ WHERE plan_id = %(plan_id)s
+   AND action_type IN ('PlanStarted', 'PlanPaused', 'PlanResumed', 'PlanCompleted', 'PlanAborted')
+ ORDER BY action_seq DESC LIMIT 1;
+
+-- name: plan_started
+SELECT action_id, metadata_json FROM cassette_actions
+ WHERE plan_id = %(plan_id)s AND action_type = 'PlanStarted' ORDER BY action_seq LIMIT 1;
+
+-- name: plan_intent
+SELECT intent_id FROM cassette_actions WHERE plan_id = %(plan_id)s ORDER BY action_seq LIMIT 1;
+
+-- name: plan_steps
+SELECT s.action_id, s.function_name, s.metadata_json,
+       (SELECT count(*) FROM cassette_actions c
+         WHERE c.parent_action_id = s.action_id AND c.action_type = 'PlanStepRetrying'),
+       (SELECT c.action_type FROM cassette_actions c
+         WHERE c.parent_action_id = s.action_id
+           AND c.action_type IN ('PlanStepCompleted', 'PlanStepFailed')
+         ORDER BY c.action_seq LIMIT 1)
+  FROM cassette_actions s
+ WHERE s.plan_id = %(plan_id)s AND s.action_type = 'PlanStepStarted'
+ ORDER BY s.action_seq;
+
+-- name: plan_totals
+SELECT count(*), coalesce(sum(cost_micros), 0)::bigint, coalesce(sum(duration_ms), 0)::bigint
+  FROM cassette_actions WHERE plan_id = %(plan_id)s;
+
+-- name: plan_pauses
+SELECT metadata_json FROM cassette_actions
+ WHERE plan_id = %(plan_id)s AND action_type = 'PlanPaused' ORDER BY action_seq DESC;
+
+-- name: plan_newest_checkpoint
+SELECT checkpoint_id FROM cassette_checkpoints
+ WHERE plan_id = %(plan_id)s ORDER BY checkpoint_seq DESC LIMIT 1;
+
+-- name: checkpoint
+SELECT checkpoint_id, plan_id, context_json, created_at
+  FROM cassette_checkpoints WHERE checkpoint_id = %(checkpoint_id)s;
+
+-- name: checkpoint_context
+SELECT context_json FROM cassette_checkpoints WHERE checkpoint_id = %(checkpoint_id)s;

@@ -25,6 +25,9 @@ SELECT version, name FROM ONLY public.cassette_migrations ORDER BY version;
 -- name: verify_meta_keys
 SELECT key FROM ONLY public.cassette_meta ORDER BY key COLLATE "C";
 
+-- name: verify_meta
+SELECT key, value FROM ONLY public.cassette_meta ORDER BY key COLLATE "C";
+
 -- name: verify_head
 SELECT next_seq, chain_hash FROM ONLY public.cassette_head;
 

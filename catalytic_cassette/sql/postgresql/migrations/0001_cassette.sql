@@ -11,10 +11,14 @@
 -- rows: each body is concatenated here with the same key order and JSON text SQLite's
 -- json_object() writes (json_build_object would add spaces).
 
+-- What the ledger is, and which: format, and ledger_id (32 hex digits, random, as on
+-- SQLite), the name seals and attestations bind to ("catalytic-cassette/ledger/<id>").
 CREATE TABLE cassette_meta (
-    key text PRIMARY KEY,
-    value text NOT NULL
+    key text PRIMARY KEY CHECK (key IN ('format', 'ledger_id')),
+    value text NOT NULL CHECK (key <> 'ledger_id' OR value ~ '^[0-9a-f]{32}$')
 );
+INSERT INTO cassette_meta (key, value)
+VALUES ('format', 'catalytic-cassette'), ('ledger_id', replace(gen_random_uuid()::text, '-', ''));
 
 CREATE TABLE cassette_head (
     one boolean PRIMARY KEY DEFAULT true CHECK (one),
@@ -202,8 +206,20 @@ BEGIN
                                   ELSE 'truncated' END);
 END $$;
 
+-- A ledger's identity is fixed by its first entry: until then its ledger_id may be
+-- replaced (a copy takes its source's, so the source's seals name it too); never after.
+CREATE FUNCTION cassette_meta_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.key = 'ledger_id' AND NEW.key = 'ledger_id'
+       AND (SELECT next_seq FROM cassette_head) = 0 THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION USING MESSAGE = format('APPEND_ONLY: cassette_meta rows cannot be %s',
+        CASE TG_OP WHEN 'UPDATE' THEN 'updated' ELSE 'deleted' END);
+END $$;
 CREATE TRIGGER cassette_meta_no_change BEFORE UPDATE OR DELETE ON cassette_meta
-    FOR EACH ROW EXECUTE FUNCTION cassette_append_only();
+    FOR EACH ROW EXECUTE FUNCTION cassette_meta_guard();
 CREATE TRIGGER cassette_journal_no_change BEFORE UPDATE OR DELETE ON cassette_journal
     FOR EACH ROW EXECUTE FUNCTION cassette_append_only();
 CREATE TRIGGER cassette_messages_no_change BEFORE UPDATE OR DELETE ON cassette_messages

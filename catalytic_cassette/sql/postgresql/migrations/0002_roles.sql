@@ -201,11 +201,12 @@ END $$;
 
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA public FROM PUBLIC;
-GRANT SELECT ON cassette_meta, cassette_journal, cassette_messages, cassette_jobs, cassette_steps,
-                cassette_receipts, cassette_releases
+-- The schema version and the head are read by every package connection when it opens
+-- (is the ledger current?) and for the ledger's time; reading them gives away nothing.
+GRANT SELECT ON cassette_migrations, cassette_head, cassette_meta, cassette_journal,
+                cassette_messages, cassette_jobs, cassette_steps, cassette_receipts,
+                cassette_releases
    TO cassette_worker, cassette_appender, cassette_auditor;
--- verify reads the head and the recorded migrations too: the auditor can verify.
-GRANT SELECT ON cassette_head, cassette_migrations TO cassette_auditor;
 GRANT EXECUTE ON FUNCTION
     cassette_post(text, text, text, text, text[], integer[], text[]),
     cassette_claim(text, text, integer, bigint),

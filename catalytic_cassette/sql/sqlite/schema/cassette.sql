@@ -1,7 +1,8 @@
 -- The current full schema of a cassette ledger: every migration applied, as SQLite
--- stores it. Generated, never edited: `python -m catalytic_cassette.migrate > schema/cassette.sql`
+-- stores it. Generated, never edited:
+--   python -m catalytic_cassette.migrate > catalytic_cassette/sql/sqlite/schema/cassette.sql
 -- (tests/test_migrations.py fails when it differs from what the migrations create).
--- migrations/ is the authority and carries the comments that explain each rule.
+-- migrations/ beside it is the authority and carries the comments that explain each rule.
 
 CREATE TABLE cassette_meta (
     key TEXT PRIMARY KEY NOT NULL,

@@ -1,0 +1,181 @@
+"""Seals and the Merkle tree of a PostgreSQL ledger.
+
+No tree node is stored on PostgreSQL yet: the tree is rebuilt from the journal's bodies
+(each leaf recomputed, each link of the chain checked) whenever a seal or a proof needs
+it, O(size) hashes, in a snapshot read without the head's lock. The server then checks a
+new seal's root again against the leaves it holds (``cassette_seals_insert``, 0003).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from .. import merkle
+from ..errors import CassetteError, ErrorCode
+from ..hashing import ZERO_HASH, chain_hash, leaf_hash
+from ..note import Checkpoint, ed25519_key_id, sign_note
+from ..seals import ORIGIN_PREFIX, RESTORE_ADVICE, Seal, check_origin
+from . import connection
+
+if TYPE_CHECKING:
+    import psycopg
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+_BATCH = 4096
+
+
+def ledger_origin(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SELECT value FROM cassette_meta WHERE key = 'ledger_id'").fetchone()
+    if row is None:
+        raise CassetteError(ErrorCode.NOT_A_CASSETTE, "the ledger has no ledger_id")
+    return ORIGIN_PREFIX + str(row[0])
+
+
+def journal_size(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT next_seq FROM cassette_head").fetchone()
+    return int(row[0]) if row else 0
+
+
+def rebuilt_tree(conn: psycopg.Connection[Any], size: int) -> merkle.MemoryTree:
+    """The tree of the first ``size`` entries, from their bodies; TREE_BROKEN (nothing
+    signed, nothing written) when a stored leaf or link is not its body's."""
+    tree = merkle.MemoryTree()
+    previous = ZERO_HASH
+    with conn.cursor(name="cassette_tree") as cursor:
+        cursor.itersize = _BATCH
+        cursor.execute(
+            "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal"
+            " WHERE seq < %s ORDER BY seq",
+            (size,),
+        )
+        for seq, body, stored_leaf, stored_chain in cursor:
+            leaf = leaf_hash(str(body).encode("utf-8"))
+            previous = chain_hash(seq, previous, leaf)
+            if seq != tree.size or bytes(stored_leaf) != leaf or bytes(stored_chain) != previous:
+                raise CassetteError(
+                    ErrorCode.TREE_BROKEN,
+                    f"journal entry {seq} is not what its body hashes to: " + RESTORE_ADVICE,
+                    seq=seq,
+                )
+            tree.append(leaf)
+    if tree.size != size:
+        raise CassetteError(ErrorCode.TREE_BROKEN, "the journal has gaps: " + RESTORE_ADVICE)
+    return tree
+
+
+def record_seal(
+    conn: psycopg.Connection[Any],
+    private_key: Ed25519PrivateKey,
+    *,
+    origin: str | None,
+    size: int | None = None,
+    before_commit: Callable[[Seal], object] | None = None,
+) -> Seal:
+    """Sign the head (or the first ``size`` entries) and record the seal, as
+    ``seals.record_seal`` does on SQLite. The tree is rebuilt from the bodies in a
+    REPEATABLE READ snapshot first; the insert then takes the head, and the server checks
+    the root once more. Sealing needs INSERT on cassette_seals: the owner's."""
+    with connection.transaction(conn):
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        chosen = check_origin(origin if origin is not None else ledger_origin(conn))
+        have = journal_size(conn)
+        size = have if size is None else size
+        if size == 0:
+            raise CassetteError(ErrorCode.INVALID_SEAL, "the ledger is empty: nothing to seal")
+        if not 0 < size <= have:
+            raise CassetteError(
+                ErrorCode.INVALID_SEAL, f"cannot seal {size} entries of a ledger of {have}"
+            )
+        root = rebuilt_tree(conn, size).root()
+        note = sign_note(Checkpoint(chosen, size, root).to_text(), chosen, private_key)
+        key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
+        row = conn.execute(
+            "INSERT INTO cassette_seals (tree_size, root_hex, origin, key_id, note)"
+            " VALUES (%s, %s, %s, %s, %s) RETURNING seal_id, created_at",
+            (size, root.hex(), chosen, key_id, note.decode("utf-8")),
+        ).fetchone()
+        assert row is not None
+        sealed = Seal(int(row[0]), size, root, chosen, key_id, note, int(row[1]))
+        if before_commit is not None:
+            before_commit(sealed)
+    return sealed
+
+
+class _RebuiltTree:
+    """``proofs.ProofTree`` over a tree rebuilt from the bodies."""
+
+    def __init__(self, tree: merkle.MemoryTree) -> None:
+        self._tree = tree
+
+    def size(self) -> int:
+        return self._tree.size
+
+    def root(self, size: int) -> bytes:
+        return self._tree.root(size)
+
+    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
+        return self._tree.inclusion_proof(index, size)
+
+    def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
+        return self._tree.consistency_proof(old_size, new_size)
+
+
+class PgProofSource:
+    """``proofs.ProofSource`` of a PostgreSQL ledger: one REPEATABLE READ snapshot; the
+    tree rebuilt from the bodies (TREE_BROKEN when a leaf or link is not its body's)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    @contextmanager
+    def snapshot(self) -> Iterator[object]:
+        if self.conn.info.transaction_status.name != "IDLE":
+            yield self.conn  # already inside one
+            return
+        with connection.transaction(self.conn):
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield self.conn
+
+    def covering_seal(self, seq: int) -> bytes | None:
+        row = self.conn.execute(
+            "SELECT note FROM cassette_seals WHERE tree_size > %s ORDER BY seal_id DESC LIMIT 1",
+            (seq,),
+        ).fetchone()
+        return None if row is None else str(row[0]).encode("utf-8")
+
+    def entry_body(self, seq: int) -> bytes | None:
+        row = self.conn.execute(
+            "SELECT body FROM cassette_journal WHERE seq = %s", (seq,)
+        ).fetchone()
+        return None if row is None else str(row[0]).encode("utf-8")
+
+    def receipt_seq(self, receipt_id: int) -> int | None:
+        row = self.conn.execute(
+            "SELECT min(seq) FROM cassette_journal WHERE tbl = 'cassette_receipts'"
+            " AND row_key = %s",
+            (str(receipt_id),),
+        ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def tree(self) -> _RebuiltTree:
+        return _RebuiltTree(rebuilt_tree(self.conn, journal_size(self.conn)))
+
+
+def journal_reader(conn: psycopg.Connection[Any]) -> Callable[[int, int], list[Any]]:
+    """``follow.JournalReader`` of a PostgreSQL ledger: each poll one autocommit statement
+    (no snapshot is held between polls). A reader that sees entry n sees every entry
+    before it: writers commit in seq order, one after the other, on the head's lock."""
+
+    def read_after(since_seq: int, limit: int) -> list[Any]:
+        try:
+            return conn.execute(
+                "SELECT seq, body, chain_hash FROM cassette_journal WHERE seq > %s"
+                " ORDER BY seq LIMIT %s",
+                (since_seq, limit),
+            ).fetchall()
+        except Exception as exc:
+            raise connection.translate(exc) from exc
+
+    return read_after

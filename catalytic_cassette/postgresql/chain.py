@@ -1,0 +1,400 @@
+"""CausalChain on PostgreSQL: appends, reads, checkpoints and the plan lifecycle.
+
+Items are checked and encoded by the SQLite class's own helpers (``actions.coerce_fields``,
+``CausalChain._row``, ``plans.checkpoint_text``); each append calls the appender's
+SECURITY DEFINER function (0004_actions.sql), whose triggers hold the law, date the row
+with the server's time and journal it. Reads are the named queries of ``queries.sql``,
+decoded by the functions the SQLite class decodes with. Whatever is not ported raises
+BACKEND_UNSUPPORTED, so no SQLite code ever runs on a psycopg connection. Chosen once, when
+a ledger is opened with a PostgreSQL URL (``LedgerFile.__new__``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from .. import payloads, plan_archive, plans
+from ..actions import Action, from_row
+from ..artifacts import DEFAULT_THRESHOLD_BYTES
+from ..chain import (
+    _INSERTED,
+    _TIMESTAMP,
+    CausalChain,
+    _check_page,
+    _check_since_seq,
+    _Prepared,
+    _stored,
+    _suggest_scope,
+)
+from ..clock import Clock, SystemClock
+from ..connection import DEFAULT_BUSY_TIMEOUT_MS, resolve_durability
+from ..errors import CassetteError, ErrorCode
+from ..ledger import default_db_path
+from . import connection
+from .cassette import unsupported
+from .sqlfiles import query
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    import psycopg
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from ..connection import write_transaction
+    from ..seals import AutoSeal
+    from ..sessions import SessionWorkingSet
+
+
+class PgCausalChain(CausalChain):
+    """Actions and checkpoints in a PostgreSQL database."""
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        clock: Clock | None = None,
+        durability: str | None = None,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        signing_key: Ed25519PrivateKey | str | os.PathLike[str] | None = None,
+        artifact_threshold: int = DEFAULT_THRESHOLD_BYTES,
+        artifact_dir: str | os.PathLike[str] | None = None,
+        auto_seal: AutoSeal | None = None,
+        read_only: bool = False,
+    ) -> None:
+        if clock is not None and not isinstance(clock, SystemClock):
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                "a PostgreSQL ledger keeps the server's time; it takes no clock",
+            )
+        if signing_key is not None:
+            unsupported("signing actions")
+        if artifact_dir is not None:
+            unsupported("artifact files")
+        if auto_seal is not None:
+            unsupported("automatic sealing")
+        self._signing_key = None
+        self.auto_seal = None
+        self.clock = SystemClock()
+        self.artifact_threshold = artifact_threshold
+        self._sessions: dict[str, SessionWorkingSet] = {}
+        self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
+        self.pg: psycopg.Connection[Any] = connection.connect(
+            self.db_path,
+            durability=resolve_durability(durability),
+            busy_timeout_ms=busy_timeout_ms,
+            read_only=read_only,
+        )
+
+    def _fetch(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
+        """One named query in its own transaction."""
+        with connection.transaction(self.pg) as conn:
+            return conn.execute(query(name), params).fetchall()
+
+    # --------------------------------------------------------------- the ledger
+
+    def now_ms(self) -> int:
+        """The ledger's time now: the server's clock, never earlier than the last write."""
+        return int(self._fetch("server_now")[0][0])
+
+    def ledger_now(self, conn: sqlite3.Connection) -> int:
+        unsupported("ledger_now on a SQLite connection")
+
+    def write(self) -> write_transaction:
+        unsupported("a raw SQLite write transaction")
+
+    def close(self) -> None:
+        self.pg.close()
+
+    # ------------------------------------------------------------------ appends
+
+    def append_actions(
+        self, actions: Iterable[Action | dict[str, Any]], *, suggest_causes: bool | str = False
+    ) -> list[Action]:
+        """Append several actions in one transaction; a refused item refuses the batch,
+        named by ``detail["index"]``."""
+        if _suggest_scope(suggest_causes) is not None:
+            unsupported("suggested causes")
+        prepared = self._prepare(actions)
+        with connection.transaction(self.pg) as conn:
+            stored = _append(conn, prepared)
+        self._joined(stored)
+        return stored
+
+    def _store(self, value: Any, what: str) -> tuple[str | None, str | None]:
+        """Inline JSON; a value over the artifact threshold would need an artifact file."""
+        if value is None:
+            return None, None
+        text = payloads.dumps(value)
+        if len(text.encode("utf-8")) > self.artifact_threshold:
+            unsupported(f"artifact files ({what} over {self.artifact_threshold} bytes)")
+        return text, None
+
+    # -------------------------------------------------------------------- reads
+
+    def _decode(self, row: tuple[Any, ...]) -> Action:
+        return from_row(row, _no_artifacts)
+
+    def _rows(self, name: str, **params: Any) -> list[Action]:
+        return [self._decode(row) for row in self._fetch(name, **params)]
+
+    def get_action(self, action_id: str) -> Action:
+        found = self._rows("action_by_id", action_id=action_id)
+        if not found:
+            raise CassetteError(ErrorCode.NOT_FOUND, f"no action {action_id}")
+        return found[0]
+
+    def actions_for_plan(self, plan_id: str) -> list[Action]:
+        return self._rows("actions_of_plan", value=plan_id)
+
+    def actions_for_intent(self, intent_id: str) -> list[Action]:
+        return self._rows("actions_of_intent", value=intent_id)
+
+    def actions_for_session(self, session_id: str) -> list[Action]:
+        return self._rows("actions_of_session", value=session_id)
+
+    def actions_for_link(self, link: str, value: str) -> list[Action]:
+        unsupported("actions_for_link")
+
+    def iter_actions(
+        self,
+        *,
+        plan_id: str | None = None,
+        intent_id: str | None = None,
+        session_id: str | None = None,
+        action_type: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        function_name: str | None = None,
+        since_seq: int | None = None,
+        after: str | int | None = None,
+        before: str | int | None = None,
+        newest_first: bool = False,
+    ) -> Iterator[Action]:
+        """Like ``CausalChain.iter_actions``; the rows are read in one statement before the
+        first is returned."""
+        from ..timeline import parse_time
+
+        _check_page(limit, offset)
+        params = {
+            "plan_id": plan_id,
+            "intent_id": intent_id,
+            "session_id": session_id,
+            "action_type": action_type,
+            "function_name": function_name,
+            "since_seq": _check_since_seq(since_seq),
+            "after": None if after is None else parse_time(after),
+            "before": None if before is None else parse_time(before),
+            "limit": limit,
+            "offset": offset,
+        }
+        name = "find_actions_newest_first" if newest_first else "find_actions"
+        return iter(self._rows(name, **params))
+
+    def iter_children(self, action_id: str) -> Iterator[Action]:
+        self._require(action_id)
+        return iter(self._rows("children", value=action_id))
+
+    def subtree(self, action_id: str) -> list[Action]:
+        self._require(action_id)
+        return self._rows("subtree", action_id=action_id)
+
+    def _require(self, action_id: str) -> None:
+        if not self._fetch("action_exists", action_id=action_id):
+            raise CassetteError(ErrorCode.NOT_FOUND, f"no action {action_id}")
+
+    # -------------------------------------------------------- not (yet) ported
+
+    def build_causal_chain(self, action_id: str, max_depth: int | None = None) -> dict[str, Any]:
+        unsupported("build_causal_chain")
+
+    def reconstruct_reasoning(self, action_id: str) -> dict[str, Any]:
+        unsupported("reconstruct_reasoning")
+
+    def causality_stats(
+        self, plan_id: str | None = None, session_id: str | None = None
+    ) -> dict[str, Any]:
+        unsupported("causality_stats")
+
+    def detect_dependencies(self, **query: Any) -> list[dict[str, Any]]:
+        unsupported("detect_dependencies")
+
+    def validate_causal_chain(self, action_id: str) -> dict[str, Any]:
+        unsupported("validate_causal_chain")
+
+    def metrics(self, by: str) -> list[dict[str, Any]]:
+        unsupported("metrics")
+
+    def follow(self, since_seq: int = -1, **options: Any) -> Iterator[dict[str, Any]]:
+        from ..follow import follow_reader
+        from .anchors import journal_reader
+
+        return follow_reader(journal_reader(self.pg), since_seq, **options)
+
+    def downstream(self, action_id: str) -> list[Action]:
+        unsupported("downstream")
+
+    # ----------------------------------------------------------- plan lifecycle
+
+    def plan_body(self, plan_id: str) -> dict[str, Any]:
+        rows = self._fetch("plan_started", plan_id=plan_id)
+        return plan_archive.body_of(plan_id, rows[0] if rows else None)
+
+    def plan_status(self, plan_id: str) -> dict[str, Any]:
+        with connection.transaction(self.pg) as conn:  # one snapshot for every read
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            steps = conn.execute(query("plan_steps"), {"plan_id": plan_id}).fetchall()
+            totals = conn.execute(query("plan_totals"), {"plan_id": plan_id}).fetchone()
+            state = _plan_state(conn, plan_id)
+        assert totals is not None
+        return plans.plan_status_of(plan_id, steps, tuple(totals), lambda: state)
+
+    def save_checkpoint(self, plan_id: str, context: Any) -> str:
+        text, checkpoint_id = self._checkpoint_text(plan_id, context)
+        with connection.transaction(self.pg) as conn:
+            _save_checkpoint(conn, plan_id, text, checkpoint_id)
+        return checkpoint_id
+
+    def load_checkpoint(self, checkpoint_id: str) -> dict[str, Any]:
+        rows = self._fetch("checkpoint", checkpoint_id=checkpoint_id)
+        return plans.checkpoint_of(checkpoint_id, rows[0] if rows else None)
+
+    def latest_checkpoint(self, plan_id: str) -> dict[str, Any] | None:
+        with connection.transaction(self.pg) as conn:
+            found = _latest_checkpoint_id(conn, plan_id)
+            if found is None:
+                return None
+            row = conn.execute(query("checkpoint"), {"checkpoint_id": found}).fetchone()
+        return plans.checkpoint_of(found, None if row is None else tuple(row))
+
+    def pause(self, plan_id: str, context: Any, **fields: Any) -> Action:
+        """Save the context as a checkpoint and record PlanPaused referring to it, in one
+        transaction: a refused pause stores no checkpoint either."""
+        text, checkpoint_id = self._checkpoint_text(plan_id, context)
+        metadata = {**fields.pop("metadata", {}), "checkpoint_id": checkpoint_id}
+        with connection.transaction(self.pg) as conn:
+            intent = fields.pop("intent_id", _intent_of(conn, plan_id))
+            prepared = self._prepare(
+                [
+                    {
+                        "plan_id": plan_id,
+                        "intent_id": intent,
+                        "action_type": "PlanPaused",
+                        "function_name": fields.pop("function_name", "pause"),
+                        "parent_action_id": _plan_started_id(conn, plan_id),
+                        "metadata": metadata,
+                        **fields,
+                    }
+                ]
+            )
+            _save_checkpoint(conn, plan_id, text, checkpoint_id)
+            stored = _append(conn, prepared)
+        self._joined(stored)
+        return stored[0]
+
+    def resume(
+        self, plan_id: str, checkpoint_id: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        """Record PlanResumed (parent: PlanStarted; metadata: the checkpoint) and return
+        the stored context. Refused with PLAN_NOT_PAUSED unless the plan is paused."""
+        with connection.transaction(self.pg) as conn:
+            if plans.PLAN_STATES[_plan_state_type(conn, plan_id)] != "paused":
+                raise CassetteError(ErrorCode.PLAN_NOT_PAUSED, f"plan {plan_id} is not paused")
+            chosen = checkpoint_id or _latest_checkpoint_id(conn, plan_id)
+            if chosen is None:
+                raise CassetteError(ErrorCode.NOT_FOUND, f"plan {plan_id} has no checkpoint")
+            row = conn.execute(query("checkpoint"), {"checkpoint_id": chosen}).fetchone()
+            checkpoint = plans.checkpoint_of(chosen, None if row is None else tuple(row))
+            if checkpoint["plan_id"] != plan_id:
+                raise CassetteError(
+                    ErrorCode.NOT_FOUND, f"{chosen} is not a checkpoint of {plan_id}"
+                )
+            prepared = self._prepare(
+                [
+                    {
+                        "plan_id": plan_id,
+                        "intent_id": _intent_of(conn, plan_id),
+                        "action_type": "PlanResumed",
+                        "function_name": "resume",
+                        "parent_action_id": _plan_started_id(conn, plan_id),
+                        **fields,
+                        "metadata": {**fields.get("metadata", {}), "checkpoint_id": chosen},
+                    }
+                ]
+            )
+            stored = _append(conn, prepared)
+        self._joined(stored)
+        return {"action": stored[0], "checkpoint_id": chosen, "context": checkpoint["context"]}
+
+
+def _no_artifacts(ref_json: str) -> Any:
+    unsupported("artifact files")
+
+
+def _append(conn: psycopg.Connection[Any], prepared: list[_Prepared]) -> list[Action]:
+    """Insert prepared actions in the caller's transaction, one call each; a refusal
+    names its item (``detail["index"]``) and leaves the transaction to roll back."""
+    stored = []
+    for index, (fields, row) in enumerate(prepared):
+        params = dict(zip(_INSERTED, row, strict=True))
+        del params["timestamp"]  # the server's
+        if any(isinstance(v, str) and "\x00" in v for v in params.values()):
+            error = CassetteError(
+                ErrorCode.BACKEND_UNSUPPORTED,
+                "PostgreSQL text cannot hold U+0000 (NUL) outside JSON, where it is escaped",
+            )
+            error.detail["index"] = index
+            raise error
+        try:
+            got = conn.execute(query("append_action"), params).fetchone()
+        except Exception as exc:
+            error = connection.translate(exc)
+            error.detail["index"] = index
+            raise error from exc
+        assert got is not None
+        seq, timestamp = int(got[0]), int(got[1])
+        row[_TIMESTAMP] = timestamp
+        stored.append(_stored(fields, row, seq, timestamp))
+    return stored
+
+
+def _save_checkpoint(
+    conn: psycopg.Connection[Any], plan_id: str, text: str, checkpoint_id: str
+) -> None:
+    conn.execute(
+        query("save_checkpoint"),
+        {"checkpoint_id": checkpoint_id, "plan_id": plan_id, "context_json": text},
+    )
+
+
+def _plan_state_type(conn: psycopg.Connection[Any], plan_id: str) -> str | None:
+    row = conn.execute(query("plan_state"), {"plan_id": plan_id}).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _plan_state(conn: psycopg.Connection[Any], plan_id: str) -> str:
+    return plans.PLAN_STATES[_plan_state_type(conn, plan_id)]
+
+
+def _plan_started_id(conn: psycopg.Connection[Any], plan_id: str) -> str | None:
+    row = conn.execute(query("plan_started"), {"plan_id": plan_id}).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _intent_of(conn: psycopg.Connection[Any], plan_id: str) -> str:
+    row = conn.execute(query("plan_intent"), {"plan_id": plan_id}).fetchone()
+    if row is None:
+        raise CassetteError(ErrorCode.PLAN_NOT_STARTED, f"plan {plan_id} has no actions")
+    return str(row[0])
+
+
+def _latest_checkpoint_id(conn: psycopg.Connection[Any], plan_id: str) -> str | None:
+    """The checkpoint of the plan's last pause, else the plan's newest checkpoint
+    (``plans.latest_checkpoint_id``); the pauses' metadata is read here, not by the server."""
+    for (metadata_json,) in conn.execute(query("plan_pauses"), {"plan_id": plan_id}):
+        found = payloads.loads(metadata_json).get("checkpoint_id")
+        if found is not None:
+            return str(found)
+    row = conn.execute(query("plan_newest_checkpoint"), {"plan_id": plan_id}).fetchone()
+    return None if row is None else str(row[0])
