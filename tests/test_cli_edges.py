@@ -140,6 +140,7 @@ WRITE_COMMANDS = {
     ("verify-proof",),
     ("backup",),
     ("restore",),
+    ("copy",),
     # neither writes a ledger; they are not run as reads above (a server, an offline check)
     ("mcp",),
     ("verify-bundle",),
@@ -174,6 +175,7 @@ _REQUIRED_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("verify-proof",): ("{pub}", "--public-key", "{pub}", "--origin", "o"),
     ("backup",): ("{tmp}/b.db", "--key", "{key}"),
     ("restore",): ("{db}", "{tmp}/r.db", "--public-key", "{pub}", "--origin", "o"),
+    ("copy",): ("{db}", "{tmp}/c.db"),
     ("verify-bundle",): ("{pub}", "--public-key", "{pub}", "--origin", "o"),
 }
 

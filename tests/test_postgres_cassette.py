@@ -221,3 +221,22 @@ def test_a_write_that_waits_past_the_busy_timeout_is_busy_and_writes_nothing(
             assert waiting.pg.info.transaction_status.name == "IDLE"
         holder.rollback()
     assert ledger.journal() == before
+
+
+def test_no_sqlite_method_runs_on_a_postgres_cassette() -> None:
+    """Every public method of MessageCassette (and LedgerFile) is defined again for
+    PostgreSQL, so none of the SQLite code can meet a psycopg connection."""
+    from catalytic_cassette import MessageCassette
+    from catalytic_cassette.ledger import LedgerFile
+    from catalytic_cassette.postgresql.cassette import PgMessageCassette
+    from catalytic_cassette.postgresql.ledger import PgLedger
+
+    public = {
+        name
+        for cls in (MessageCassette, LedgerFile)
+        for name in vars(cls)
+        if not name.startswith("_")
+    }
+    # the one-item forms call the batch forms, which are PostgreSQL's
+    pure = {"post_message", "claim_step"}
+    assert public - set(vars(PgMessageCassette)) - set(vars(PgLedger)) == pure

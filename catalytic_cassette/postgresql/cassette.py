@@ -9,7 +9,7 @@ with a PostgreSQL URL (``LedgerFile.__new__``); nothing here branches on the bac
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from .. import payloads
 from ..cassette import (
@@ -29,29 +29,18 @@ from ..errors import CassetteError, ErrorCode
 from ..lease_limits import DEFAULT_TTL_SECONDS
 from ..ledger import default_db_path
 from . import connection, sqlfiles
+from .ledger import PgLedger, unsupported
 from .sqlfiles import query
 
 if TYPE_CHECKING:
-    import sqlite3
-    from collections.abc import Callable
-    from pathlib import Path
-
     import psycopg
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from ..connection import write_transaction
-    from ..seals import AutoSeal, Seal
+    from ..seals import AutoSeal
     from ..verify import VerifyReport
     from ..worker_keys import PinnedKey, WorkerKey
 
 
-def unsupported(what: str) -> NoReturn:
-    raise CassetteError(
-        ErrorCode.BACKEND_UNSUPPORTED, f"{what} is not available on a PostgreSQL ledger yet"
-    )
-
-
-class PgMessageCassette(MessageCassette):
+class PgMessageCassette(PgLedger, MessageCassette):
     """Messages -> jobs -> steps -> receipts in a PostgreSQL database."""
 
     def __init__(
@@ -88,53 +77,7 @@ class PgMessageCassette(MessageCassette):
         )
         self.schema_version = every
 
-    def _fetch(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
-        """One named query in its own transaction."""
-        with connection.transaction(self.pg) as conn:
-            return conn.execute(query(name), params).fetchall()
-
     # --------------------------------------------------------------- the ledger
-
-    def now_ms(self) -> int:
-        """The ledger's time now: the server's clock, never earlier than the last write."""
-        return int(self._fetch("server_now")[0][0])
-
-    def ledger_now(self, conn: sqlite3.Connection) -> int:
-        unsupported("ledger_now on a SQLite connection")
-
-    def write(self) -> write_transaction:
-        unsupported("a raw SQLite write transaction")
-
-    def export_snapshot(self, path: Path) -> None:
-        """One snapshot of the journal copied into the new file ``path``, every entry
-        through SQLite's law (``copying``): a backup that restores into either backend."""
-        import sqlite3
-
-        from ..copying import copy_ledger
-
-        copy_ledger(self.db_path, os.fspath(path))
-        conn = sqlite3.connect(path)
-        try:
-            conn.execute("PRAGMA journal_mode = DELETE").fetchall()  # one file, no -wal
-        finally:
-            conn.close()
-
-    def seal(
-        self,
-        private_key: Ed25519PrivateKey,
-        *,
-        origin: str | None = None,
-        size: int | None = None,
-        before_commit: Callable[[Seal], object] | None = None,
-    ) -> Seal:
-        from .anchors import record_seal
-
-        return record_seal(
-            self.pg, private_key, origin=origin, size=size, before_commit=before_commit
-        )
-
-    def close(self) -> None:
-        self.pg.close()
 
     # -------------------------------------------------------------------- posts
 

@@ -33,21 +33,18 @@ from ..connection import DEFAULT_BUSY_TIMEOUT_MS, resolve_durability
 from ..errors import CassetteError, ErrorCode
 from ..ledger import default_db_path
 from . import connection
-from .cassette import unsupported
+from .ledger import PgLedger, unsupported
 from .sqlfiles import query
 
 if TYPE_CHECKING:
-    import sqlite3
-
     import psycopg
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from ..connection import write_transaction
     from ..seals import AutoSeal
     from ..sessions import SessionWorkingSet
 
 
-class PgCausalChain(CausalChain):
+class PgCausalChain(PgLedger, CausalChain):
     """Actions and checkpoints in a PostgreSQL database."""
 
     def __init__(
@@ -87,25 +84,7 @@ class PgCausalChain(CausalChain):
             read_only=read_only,
         )
 
-    def _fetch(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
-        """One named query in its own transaction."""
-        with connection.transaction(self.pg) as conn:
-            return conn.execute(query(name), params).fetchall()
-
     # --------------------------------------------------------------- the ledger
-
-    def now_ms(self) -> int:
-        """The ledger's time now: the server's clock, never earlier than the last write."""
-        return int(self._fetch("server_now")[0][0])
-
-    def ledger_now(self, conn: sqlite3.Connection) -> int:
-        unsupported("ledger_now on a SQLite connection")
-
-    def write(self) -> write_transaction:
-        unsupported("a raw SQLite write transaction")
-
-    def close(self) -> None:
-        self.pg.close()
 
     # ------------------------------------------------------------------ appends
 
