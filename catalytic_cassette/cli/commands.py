@@ -393,7 +393,7 @@ def verify(
         from ..postgresql import is_postgres_url
 
         if is_postgres_url(settings.db):  # (sessions are actions: not on PostgreSQL yet)
-            from ..postgresql.cassette import unsupported
+            from ..postgresql.ledger import unsupported
 
             unsupported("verify --session")
         from .live_commands import verify_session
