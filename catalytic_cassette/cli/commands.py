@@ -390,6 +390,12 @@ def verify(
     if against is not None and (public_key is None or origin is None):
         raise click.UsageError("--against needs --public-key and --origin to pin the seals")
     if session is not None:
+        from ..postgresql import is_postgres_url
+
+        if is_postgres_url(settings.db):  # (sessions are actions: not on PostgreSQL yet)
+            from ..postgresql.ledger import unsupported
+
+            unsupported("verify --session")
         from .live_commands import verify_session
 
         verify_session(
@@ -467,9 +473,11 @@ def verify(
 @contextmanager
 def _progress(db: str) -> Iterator[Callable[[int], None] | None]:
     """A progress bar on stderr when it is a terminal and the journal is long."""
+    from ..postgresql import is_postgres_url
     from ..tree import journal_size
 
-    total = journal_size(db) if sys.stderr.isatty() else 0
+    # (a PostgreSQL ledger's length is not read before its snapshot: no bar)
+    total = journal_size(db) if sys.stderr.isatty() and not is_postgres_url(db) else 0
     with progress_bar(total, "verifying journal") as update:
         yield update
 

@@ -265,7 +265,13 @@ class PgMessageCassette(PgLedger, MessageCassette):
     def verify_cassette(
         self, run_id: str | None = None, *, worker_keys: dict[str, PinnedKey] | None = None
     ) -> VerifyReport:
-        unsupported("verify")
+        """verify on this ledger, in its own snapshot (postgresql/verify.py), judged by
+        the ledger's clock as on SQLite; worker keys are not ported (BACKEND_UNSUPPORTED)."""
+        from ..verify import VerifyOptions
+        from .verify import verify_url
+
+        options = VerifyOptions(run_id=run_id, now_ms=self.now_ms(), worker_keys=worker_keys)
+        return verify_url(self.db_path, options)
 
 
 def _leased(row: tuple[Any, ...], run_id: str, worker_id: str) -> dict[str, Any]:

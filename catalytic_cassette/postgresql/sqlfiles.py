@@ -1,7 +1,9 @@
 """The PostgreSQL backend's SQL: versioned migrations and the named queries.
 
 Both live inside the package (``catalytic_cassette/sql/postgresql``), loaded once per
-process. A query is a block of ``queries.sql`` headed by ``-- name: NAME``.
+process. A query is a block of ``queries.sql`` (or of another ``.sql`` file of that
+folder, such as ``verify.sql``) headed by ``-- name: NAME``; names are unique across
+the files.
 """
 
 from __future__ import annotations
@@ -33,15 +35,16 @@ def migrations() -> tuple[Migration, ...]:
 
 @cache
 def queries() -> dict[str, str]:
-    text = (_FOLDER / "queries.sql").read_text("utf-8")
-    heads = list(_QUERY_HEAD.finditer(text))
     named: dict[str, str] = {}
-    for index, head in enumerate(heads):
-        end = heads[index + 1].start() if index + 1 < len(heads) else len(text)
-        body = text[head.end() : end].strip()
-        if head.group(1) in named or not body:
-            raise RuntimeError(f"queries.sql: query {head.group(1)!r} is empty or named twice")
-        named[head.group(1)] = body
+    for path in sorted(_FOLDER.glob("*.sql")):
+        text = path.read_text("utf-8")
+        heads = list(_QUERY_HEAD.finditer(text))
+        for index, head in enumerate(heads):
+            end = heads[index + 1].start() if index + 1 < len(heads) else len(text)
+            body = text[head.end() : end].strip()
+            if head.group(1) in named or not body:
+                raise RuntimeError(f"{path.name}: query {head.group(1)!r} is empty or named twice")
+            named[head.group(1)] = body
     return named
 
 

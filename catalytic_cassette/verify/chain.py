@@ -10,7 +10,7 @@ import bisect
 import collections
 import hashlib
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..hashing import SEQ_U64, ZERO_HASH
@@ -57,17 +57,6 @@ def _walk_chain(
     stop: int | None,
     see: Callable[[list[int], list[bytes], list[Any], list[Any]], None] | None,
 ) -> int:
-    # The loop runs once per journal row: hashing is inlined (same formulas as
-    # hashing.leaf_hash and hashing.chain_hash), each hash a copy of one that has already
-    # taken its first byte (cheaper than a new one: about 0.1 us a hash); rows arrive in
-    # batches, and the tree and ``see`` take each batch whole.
-    leaf_hasher, link_hasher, pack = (
-        hashlib.sha256(b"\x00").copy,
-        hashlib.sha256(b"\x02").copy,
-        SEQ_U64.pack,
-    )
-    expected_seq = start
-    read = 0
     prev = ZERO_HASH
     if start > 0:
         before = conn.execute(
@@ -82,7 +71,39 @@ def _walk_chain(
         f"SELECT seq, body, leaf_hash, chain_hash, {stored} FROM cassette_journal NOT INDEXED"
         f"{where} ORDER BY seq"
     )
-    while rows := cursor.fetchmany(1024):
+    return walk_entries(
+        iter(lambda: cursor.fetchmany(1024), []), out, progress, walk, start, prev, see
+    )
+
+
+Entry = tuple[Any, Any, Any, Any, Any, Any]  # seq, body, leaf_hash, chain_hash, tbl, row_key
+
+
+def walk_entries(
+    batches: Iterable[Sequence[Entry]],
+    out: Collector,
+    progress: Progress | None,
+    walk: TreeWalk | None,
+    start: int,
+    prev: bytes,
+    see: Callable[[list[int], list[bytes], list[Any], list[Any]], None] | None,
+) -> int:
+    """The chain check proper, on journal entries from any source (a SQLite cursor, a
+    PostgreSQL server-side cursor) in batches, in seq order from ``start``, with ``prev``
+    the stored chain hash before it. A body may be bytes or text (hashed as UTF-8).
+    Returns the seq expected after the last entry read."""
+    # The loop runs once per journal row: hashing is inlined (same formulas as
+    # hashing.leaf_hash and hashing.chain_hash), each hash a copy of one that has already
+    # taken its first byte (cheaper than a new one: about 0.1 us a hash); rows arrive in
+    # batches, and the tree and ``see`` take each batch whole.
+    leaf_hasher, link_hasher, pack = (
+        hashlib.sha256(b"\x00").copy,
+        hashlib.sha256(b"\x02").copy,
+        SEQ_U64.pack,
+    )
+    expected_seq = start
+    read = 0
+    for rows in batches:
         seqs: list[int] = []
         bodies: list[bytes] = []
         leaves: list[bytes] = []

@@ -35,6 +35,10 @@ class FindingKind(str, Enum):
     PLANNER_STATISTICS = "planner_statistics"
     CORRUPT = "corrupt"
     INDEX_MISMATCH = "index_mismatch"
+    # PostgreSQL only: a ledger trigger that does not fire (ALTER TABLE ... DISABLE
+    # TRIGGER), and a head row that does not agree with the journal's last entry
+    TRIGGER_DISABLED = "trigger_disabled"
+    JOURNAL_HEAD = "journal_head"
     # the chain
     JOURNAL_GAP = "journal_gap"
     LEAF_HASH = "leaf_hash"

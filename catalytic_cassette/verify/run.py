@@ -411,7 +411,8 @@ def _tables_to_check(conn: sqlite3.Connection) -> list[str]:
 def verify_path(
     path: str, options: VerifyOptions | None = None, /, **overrides: Any
 ) -> VerifyReport:
-    """Verify a ledger file through a read-only connection (nothing is migrated or written).
+    """Verify a ledger file through a read-only connection (nothing is migrated or written);
+    a ``postgresql://`` URL is verified by ``postgresql.verify.verify_url``.
 
     ``overrides`` replace fields of ``options`` (``verify_path(p, run_id="r1")``). Every
     check reads one snapshot (a read transaction), so writers may keep working.
@@ -423,7 +424,12 @@ def verify_path(
     from dataclasses import replace
 
     from ..artifacts import default_root
+    from ..postgresql import is_postgres_url
 
+    if is_postgres_url(path):  # a PostgreSQL ledger: its own reads, the same checks
+        from ..postgresql.verify import verify_url
+
+        return verify_url(path, options, **overrides)
     options = replace(options or VerifyOptions(), **overrides)
     if options.artifact_root is None:  # artifacts are looked up by hash in <file>.artifacts
         options = replace(options, artifact_root=Path(default_root(path)))

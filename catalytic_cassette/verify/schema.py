@@ -77,7 +77,7 @@ def check_schema(conn: sqlite3.Connection, out: Collector) -> bool:
             )
         )
     meta = conn.execute("SELECT key, value FROM cassette_meta NOT INDEXED ORDER BY key").fetchall()
-    if not _meta_is_a_cassettes([(str(k), str(v)) for k, v in meta]):
+    if not meta_is_a_cassettes([(str(k), str(v)) for k, v in meta]):
         out.add(
             Finding(
                 FindingKind.SCHEMA_CHANGED,
@@ -85,7 +85,7 @@ def check_schema(conn: sqlite3.Connection, out: Collector) -> bool:
                 table="cassette_meta",
             )
         )
-    _check_ledger_id(conn, out, dict((str(k), str(v)) for k, v in meta))
+    check_ledger_id(conn, out, dict((str(k), str(v)) for k, v in meta))
     expected = expected_objects(min(version, latest) or latest)
     actual = {
         (str(kind), str(name)): (
@@ -134,7 +134,7 @@ def check_schema(conn: sqlite3.Connection, out: Collector) -> bool:
     return ok
 
 
-def _check_ledger_id(conn: sqlite3.Connection, out: Collector, meta: dict[str, str]) -> None:
+def check_ledger_id(conn: sqlite3.Connection, out: Collector, meta: dict[str, str]) -> None:
     """cassette_meta is not journaled, but seals under the default origin name the ledger
     id in journaled rows: a rewritten ledger_id no longer matches them."""
     from ..seals import ORIGIN_PREFIX
@@ -154,7 +154,7 @@ def _check_ledger_id(conn: sqlite3.Connection, out: Collector, meta: dict[str, s
         )
 
 
-def _meta_is_a_cassettes(meta: list[tuple[str, str]]) -> bool:
+def meta_is_a_cassettes(meta: list[tuple[str, str]]) -> bool:
     """('format', FORMAT), and from 0004 on a ledger_id of 32 lowercase hex digits."""
     expected_keys = ["format", "ledger_id"] if current_version() >= 4 else ["format"]
     if [key for key, _ in meta] != expected_keys or meta[0][1] != FORMAT:

@@ -11,7 +11,7 @@ planner statistics can hide a row from this check.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .findings import Collector, Finding, FindingKind
 from .tables import MUTABLE_TABLES, TABLES
@@ -90,7 +90,15 @@ def _differing_rows(table: str, run_filter: str) -> str:
     )
 
 
-def check_state(conn: sqlite3.Connection, out: Collector, run_id: str | None) -> None:
+def check_state(
+    conn: sqlite3.Connection,
+    out: Collector,
+    run_id: str | None,
+    journal_columns: Callable[[sqlite3.Connection, Collector], None] | None = None,
+) -> None:
+    """Replay the journal into the private history table and compare every ledger table
+    with it. ``journal_columns`` checks the table name and key each entry stores beside
+    its body (``check_journal_columns``, the SQLite ledger's encoding, by default)."""
     replay(conn)
     try:
         for table, spec in TABLES.items():
@@ -111,7 +119,7 @@ def check_state(conn: sqlite3.Connection, out: Collector, run_id: str | None) ->
                     tbl,
                 )
             )
-        check_journal_columns(conn, out)
+        (journal_columns or check_journal_columns)(conn, out)
     finally:
         drop_history(conn)
 

@@ -1,0 +1,382 @@
+"""verify for a PostgreSQL ledger: the same checks, findings and report as on SQLite.
+
+Nothing the database could fake is trusted. Everything is read in one REPEATABLE READ
+READ ONLY transaction (one snapshot: a writer committing meanwhile changes nothing this
+run sees), through plain SELECTs on the tables and on pg_catalog (``verify.sql``), with
+index scans turned off (every table is read from its heap), row-level security off (a
+policy that would hide a row makes the read fail instead), ``FROM ONLY`` (no child
+table's rows), and search_path ``pg_catalog`` (no function or operator of the ledger's
+schema is called). No ledger function, view or stored hash is used: every hash is
+computed here.
+
+1. **Structure** (``catalog.py``): the catalog's description of the ledger equals the
+   one the migrations make (``catalog.json``): tables, columns, constraints, indexes,
+   triggers and whether they fire (``trigger_disabled``), functions with their source
+   and SECURITY DEFINER settings, grants, rules, policies, inheritance, event triggers,
+   the settings of the database and of the cassette_* roles.
+2. **Chain** (``verify/chain.py``, the SQLite verifier's own walk): the journal streamed
+   in seq order from a server-side cursor, constant memory; every leaf and link hash
+   recomputed; the head row (``cassette_head``) agrees with the last entry
+   (``journal_head``); recorded seals match the roots rebuilt from the bodies.
+3-5. **State, consistency, time**: the journal and the tables are copied, as read, into
+   a private SQLite database in a temporary directory (on disk: memory stays bounded),
+   and the SQLite verifier's own checks run on it (``verify/state.py``,
+   ``consistency.py``, ``timeline.py``): replay, both directions, every column; one
+   receipt per committed step; dense ids; time. Only the check of the table name and
+   key stored beside each body is this backend's: PostgreSQL stores the key as its JSON
+   text.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..clock import SystemClock
+from ..errors import CassetteError, ErrorCode
+from ..hashing import ZERO_HASH
+from ..verify.chain import TreeWalk, walk_entries
+from ..verify.consistency import check_checkpoint_ids, check_consistency, check_dense_ids
+from ..verify.findings import Collector, Finding, FindingKind, VerifyReport
+from ..verify.options import Level, VerifyOptions
+from ..verify.schema import check_ledger_id, meta_is_a_cassettes
+from ..verify.seals import UNANCHORED_NOTE, check_recorded_seals, judge_anchors, recorded_seals
+from ..verify.signatures import check_signatures
+from ..verify.state import check_state
+from ..verify.tables import TABLES
+from ..verify.timeline import check_time
+from . import catalog, connection, sqlfiles
+from .sqlfiles import query
+
+if TYPE_CHECKING:
+    import psycopg
+
+# Journal entries per round trip of the server-side cursor (memory: one batch).
+BATCH = 4096
+
+
+def verify_url(url: str, options: VerifyOptions | None = None, /, **overrides: Any) -> VerifyReport:
+    """Verify the PostgreSQL ledger at ``url`` (``verify_path`` sends a URL here).
+
+    Raises CassetteError when the ledger cannot be verified at all (unreachable:
+    CANNOT_OPEN, not a ledger, a newer schema, worker keys: BACKEND_UNSUPPORTED; exit
+    code 3); a tampered ledger gives findings."""
+    options = replace(options or VerifyOptions(), **overrides)
+    if options.worker_keys is not None:
+        raise CassetteError(
+            ErrorCode.BACKEND_UNSUPPORTED,
+            "worker keys are not available on a PostgreSQL ledger yet: nothing to check",
+        )
+    connection._require_psycopg()
+    import psycopg
+
+    try:
+        conn = psycopg.connect(url, autocommit=False, application_name="catalytic-cassette-verify")
+    except psycopg.Error as exc:
+        raise CassetteError(
+            ErrorCode.CANNOT_OPEN, f"cannot connect to {connection.redact(url)}: {exc}"
+        ) from exc
+    try:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        conn.execute(query("verify_settings"))  # (the first statement: takes the snapshot)
+        return _verify(conn, options)
+    except psycopg.Error as exc:
+        raise connection.translate(exc) from exc
+    finally:
+        conn.close()  # (rolls back: nothing was written)
+
+
+def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyReport:
+    # A ledger's migrations and journal make a ledger, whatever else was done to it (a
+    # missing head is tampering, reported below, not "not a cassette").
+    found = {row[0] for row in conn.execute(query("verify_has_ledger"))}
+    if not {"cassette_migrations", "cassette_journal"} <= found:
+        raise CassetteError(ErrorCode.NOT_A_CASSETTE, "the database holds no ledger")
+    recorded = [(int(v), str(n)) for v, n in conn.execute(query("verify_migrations"))]
+    shipped = [(m.version, m.name) for m in sqlfiles.migrations()]
+    version = max((v for v, _ in recorded), default=0)
+    latest = len(shipped)
+    if version > latest:
+        raise CassetteError(
+            ErrorCode.SCHEMA_TOO_NEW,
+            f"schema version {version} is newer than this package ({latest})",
+        )
+    now_ms = options.now_ms if options.now_ms is not None else SystemClock().now_ms()
+    anchors = options.anchors
+    report = VerifyReport(level=options.level.value, notes=[] if anchors else [UNANCHORED_NOTE])
+    out = Collector(report)
+    if anchors:
+        from ..anchor import open_anchor
+
+        if options.seal_key is None or options.origin is None:
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                "verifying against seals needs the pinned public key and origin",
+            )
+        for anchor in anchors:
+            open_anchor(anchor, options.seal_key, options.origin)
+    intact = _check_structure(conn, out, recorded, shipped)
+    full = options.level is Level.FULL
+    with tempfile.TemporaryDirectory(prefix="cassette-verify-") as private:
+        mirror = Mirror(Path(private) / "mirror.db", journal=full or bool(anchors))
+        try:
+            tables = _tables_present(conn) if full and intact else []
+            seals: list[tuple[int, int, str, str]] = []
+            if full and intact:  # the ledger's identity, and the seals it records
+                if "cassette_seals" in tables:
+                    mirror.copy_table(conn, "cassette_seals")
+                    seals = recorded_seals(mirror.conn)
+                _check_meta(conn, mirror.conn, out)
+            wanted = {size for _, size, _, _ in seals}
+            wanted.update(a.checkpoint.size for a in anchors or () if a.checkpoint is not None)
+            walk = TreeWalk(mirror.conn, out, wanted, stored_nodes=False) if wanted else None
+            journal = conn.cursor(name="cassette_verify_journal")
+            journal.execute(query("verify_journal"))
+            report.journal_rows = walk_entries(
+                mirror.entries(journal), out, options.progress, walk, 0, ZERO_HASH, None
+            )
+            journal.close()
+            if walk is not None:
+                walk.finish()
+            _check_head(conn, out, report.journal_rows, mirror.last_chain, "cassette_head" in found)
+            roots = walk.roots if walk is not None else {}
+            if seals:
+                check_recorded_seals(
+                    out, seals, roots, report.journal_rows, options.seal_key, options.origin
+                )
+            if anchors:  # (reads the copied journal)
+                judge_anchors(mirror.conn, report, out, anchors, roots)
+            if not full:
+                report.notes.append(
+                    "quick level: the stored tree, state, consistency and time not checked"
+                )
+                return report
+            if intact:
+                for table in tables:
+                    if table != "cassette_seals":  # (copied above)
+                        mirror.copy_table(conn, table)
+                mirror.commit()
+                out.merge(_check_rows(mirror.conn, options, now_ms))
+                if options.public_key is not None:
+                    check_signatures(mirror.conn, out, options.public_key)
+            else:
+                report.notes.append(
+                    "tables differ from the migrations: state and consistency not checked"
+                )
+        finally:
+            mirror.close()
+    if options.public_key is None:
+        report.notes.append("no public key given: action signatures not checked")
+    return report
+
+
+def _check_structure(
+    conn: psycopg.Connection[Any],
+    out: Collector,
+    recorded: list[tuple[int, str]],
+    shipped: list[tuple[int, str]],
+) -> bool:
+    """Check 1: the recorded migrations and the catalog against the package's."""
+    version = max((v for v, _ in recorded), default=0)
+    latest = len(shipped)
+    if recorded != shipped[: len(recorded)]:
+        out.add(
+            Finding(
+                FindingKind.SCHEMA_CHANGED,
+                "cassette_migrations differs from the shipped migrations",
+                table="cassette_migrations",
+            )
+        )
+    if version != latest:
+        out.add(Finding(FindingKind.SCHEMA_VERSION, f"schema version {version}, expected {latest}"))
+        return False
+    reference = catalog.reference()
+    if reference["version"] != latest:
+        raise CassetteError(
+            ErrorCode.DATABASE_ERROR,
+            f"the package's catalog.json describes schema {reference['version']}, its"
+            f" migrations make {latest}: regenerate it (postgresql/catalog.py)",
+        )
+    return catalog.compare(reference["objects"], catalog.describe(conn), out)
+
+
+def _check_meta(conn: psycopg.Connection[Any], mirror: sqlite3.Connection, out: Collector) -> None:
+    """cassette_meta is a ledger's (format, a ledger_id of 32 hex digits), and its
+    ledger_id the one the seals under the default origin name (``verify/schema.py``)."""
+    meta = [(str(k), str(v)) for k, v in conn.execute(query("verify_meta"))]
+    if not meta_is_a_cassettes(meta):
+        out.add(
+            Finding(
+                FindingKind.SCHEMA_CHANGED,
+                "cassette_meta differs from a cassette's",
+                table="cassette_meta",
+            )
+        )
+    check_ledger_id(mirror, out, dict(meta))
+
+
+def _check_head(
+    conn: psycopg.Connection[Any], out: Collector, size: int, last_chain: bytes, exists: bool
+) -> None:
+    """The one head row names the entry after the last and the last chain hash."""
+    heads = conn.execute(query("verify_head")).fetchall() if exists else []
+    if len(heads) != 1:
+        out.add(
+            Finding(
+                FindingKind.JOURNAL_HEAD,
+                f"cassette_head holds {len(heads)} rows, the ledger's one",
+                table="cassette_head",
+            )
+        )
+        return
+    next_seq, chain = heads[0]
+    if next_seq != size:
+        out.add(
+            Finding(
+                FindingKind.JOURNAL_HEAD,
+                f"the head names {next_seq} entries, the journal holds {size}",
+                size,
+                "cassette_head",
+            )
+        )
+    if chain != last_chain:
+        out.add(
+            Finding(
+                FindingKind.JOURNAL_HEAD,
+                "the head's chain_hash is not the last entry's",
+                size - 1 if size else None,
+                "cassette_head",
+            )
+        )
+
+
+def _tables_present(conn: psycopg.Connection[Any]) -> list[str]:
+    """The journaled tables this ledger has (the catalog check found them as shipped)."""
+    names = {str(row[0]) for row in conn.execute(query("catalog_relations")) if row[1] == "r"}
+    return [table for table in TABLES if table in names]
+
+
+def _check_rows(mirror: sqlite3.Connection, options: VerifyOptions, now_ms: int) -> Collector:
+    """Checks 3-5 on the private copy, as ``verify.run`` runs them on a ledger file:
+    state (a full replay), consistency, checkpoint ids, dense ids; then time."""
+    rows, time = Collector(), Collector()
+    check_state(mirror, rows, options.run_id, check_journal_columns)
+    check_time(mirror, time, now_ms, options.clock_skew_ms, options.max_time_jump_ms)
+    check_consistency(mirror, rows, options.run_id, now_ms)
+    check_checkpoint_ids(mirror, rows)
+    check_dense_ids(mirror, rows)
+    rows.merge(time)
+    return rows
+
+
+def check_journal_columns(conn: sqlite3.Connection, out: Collector) -> None:
+    """The table name and key PostgreSQL stores beside each body (read by the by-row
+    index) are the body's: the key as its JSON text, as the journaling trigger writes it
+    (the decimal digits of an integer key, a string key quoted)."""
+    rows = conn.execute(
+        "SELECT seq, tbl, row_key FROM main.cassette_journal NOT INDEXED WHERE json_valid(body)"
+        " AND (tbl IS NOT json_extract(body, '$.table') OR row_key IS NOT"
+        " CASE json_type(body, '$.key')"
+        "  WHEN 'integer' THEN CAST(json_extract(body, '$.key') AS TEXT)"
+        "  WHEN 'text' THEN json_quote(json_extract(body, '$.key')) END) ORDER BY seq"
+    )
+    for seq, tbl, key in rows:
+        out.add(
+            Finding(
+                FindingKind.JOURNAL_COLUMNS,
+                "the table or key stored beside the body is not the body's",
+                seq,
+                tbl,
+                key,
+            )
+        )
+
+
+class Mirror:
+    """A private SQLite database holding what was read from the ledger, as read: the
+    journal (seq, body, leaf hash, stored table name and key) and every journaled table
+    with the columns of its journal body, for the SQLite verifier's checks. Written by
+    this process only, in a directory only it knows; never the ledger."""
+
+    def __init__(self, path: Path, *, journal: bool) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.keep_journal = journal
+        self.last_chain = ZERO_HASH
+        self.conn.execute("PRAGMA journal_mode = OFF")
+        self.conn.execute("PRAGMA synchronous = OFF")
+        self.conn.execute("BEGIN")
+        self.conn.execute(
+            "CREATE TABLE cassette_journal (seq INTEGER PRIMARY KEY, body, leaf_hash, tbl, row_key)"
+        )
+        objects = catalog.reference()["objects"]
+        for name, spec in TABLES.items():
+            # Each column with the affinity of its type on the server (bigint: INTEGER,
+            # text: TEXT), which keeps every value as read and lets the lookups below use
+            # their indexes; a table this ledger lacks stays empty.
+            types = {
+                column[0]: _AFFINITY.get(column[1], "")
+                for column in objects.get(f"relation {name}", {}).get("columns", [])
+            }
+            columns = ", ".join(
+                f"{c} INTEGER PRIMARY KEY" if c == spec.rowid else f"{c} {types.get(c, '')}"
+                for c in spec.columns
+            )
+            self.conn.execute(f"CREATE TABLE {name} ({columns})")
+
+    def entries(self, cursor: psycopg.ServerCursor[Any]) -> Iterator[list[tuple[Any, ...]]]:
+        """The journal's rows from ``cursor`` in batches, copied here as they pass."""
+        insert = (
+            "INSERT OR IGNORE INTO cassette_journal (seq, body, leaf_hash, tbl, row_key)"
+            " VALUES (?, ?, ?, ?, ?)"
+        )
+        while rows := cursor.fetchmany(BATCH):
+            if self.keep_journal:
+                self.conn.executemany(insert, [(r[0], r[1], r[2], r[4], r[5]) for r in rows])
+            last = rows[-1][3]
+            self.last_chain = last if isinstance(last, bytes) else b""
+            yield rows
+
+    def copy_table(self, conn: psycopg.Connection[Any], table: str) -> None:
+        """Every row of ``table`` (plain SELECT, streamed), here."""
+        from psycopg import sql
+
+        spec = TABLES[table]
+        select = sql.SQL(query("verify_table_rows")).format(
+            columns=sql.SQL(", ").join(sql.Identifier(c) for c in spec.columns),
+            table=sql.Identifier(table),
+        )
+        insert = (
+            f"INSERT OR IGNORE INTO {table} ({', '.join(spec.columns)})"
+            f" VALUES ({', '.join('?' for _ in spec.columns)})"
+        )
+        with conn.cursor(name=f"cassette_verify_{table}") as cursor:
+            cursor.execute(select)
+            while rows := cursor.fetchmany(BATCH):
+                self.conn.executemany(insert, rows)
+
+    def commit(self) -> None:
+        """The copy is complete: indexes for the consistency rules' lookups, and commit."""
+        if self.conn.in_transaction:
+            for table, column in _LOOKUPS:
+                self.conn.execute(
+                    f"CREATE INDEX IF NOT EXISTS {table}_by_{column} ON {table} ({column})"
+                )
+            self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+# SQLite's type affinity for a server column type (the catalog's format_type).
+_AFFINITY = {"bigint": "INTEGER", "integer": "INTEGER", "text": "TEXT"}
+# The lookups check_consistency makes by a column that is not the table's rowid.
+_LOOKUPS = (
+    ("cassette_jobs", "message_id"),
+    ("cassette_steps", "job_id"),
+    ("cassette_receipts", "step_id"),
+)
