@@ -12,10 +12,10 @@ from .errors import CassetteError, ErrorCode
 # dimension -> (grouping column, the actions it counts). "capability" is what a
 # capability call named: CapabilityCall actions by function_name.
 DIMENSIONS = {
-    "plan": ("plan_id", "1"),
-    "intent": ("intent_id", "1"),
-    "session": ("session_id", "1"),
-    "function": ("function_name", "1"),
+    "plan": ("plan_id", "1 = 1"),
+    "intent": ("intent_id", "1 = 1"),
+    "session": ("session_id", "1 = 1"),
+    "function": ("function_name", "1 = 1"),
     "capability": ("function_name", "action_type = 'CapabilityCall'"),
 }
 
@@ -32,23 +32,32 @@ SELECT k, count(*), sum(success = 0), sum(duration_ms), sum(cost_micros),
 """
 
 
+def grouping(by: str) -> tuple[str, str]:
+    """The grouping column and the condition of the actions counted, for ``by``."""
+    if by not in DIMENSIONS:
+        raise CassetteError(ErrorCode.INVALID_ARGUMENT, f"by must be one of {sorted(DIMENSIONS)}")
+    return DIMENSIONS[by]
+
+
 def metrics(conn: sqlite3.Connection, by: str) -> list[dict[str, Any]]:
     """One row per value of ``by`` (plan, intent, session, function or capability);
     actions without a session form the group whose ``session`` is null."""
-    if by not in DIMENSIONS:
-        raise CassetteError(ErrorCode.INVALID_ARGUMENT, f"by must be one of {sorted(DIMENSIONS)}")
-    column, where = DIMENSIONS[by]
-    rows = conn.execute(_METRICS.format(column=column, where=where)).fetchall()
+    column, where = grouping(by)
+    return metric_rows(by, conn.execute(_METRICS.format(column=column, where=where)).fetchall())
+
+
+def metric_rows(by: str, rows: list[Any]) -> list[dict[str, Any]]:
+    """The result of either backend's query: one dict per group, in the query's order."""
     return [
         {
             by: key,
             "count": count,
-            "failures": failures,
-            "failure_rate": round(failures / count, 6),
-            "total_duration_ms": duration,
+            "failures": int(failures),
+            "failure_rate": round(int(failures) / count, 6),
+            "total_duration_ms": None if duration is None else int(duration),
             "p50_duration_ms": p50,
             "p95_duration_ms": p95,
-            "total_cost": cost / COST_SCALE,
+            "total_cost": None if cost is None else int(cost) / COST_SCALE,
         }
         for key, count, failures, duration, cost, p50, p95 in rows
     ]

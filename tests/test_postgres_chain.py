@@ -808,7 +808,6 @@ UNSUPPORTED: list[tuple[str, Callable[[CausalChain], Any]]] = [
     ("causality_stats", lambda c: c.causality_stats()),
     ("detect_dependencies", lambda c: c.detect_dependencies(plan_id="p")),
     ("validate_causal_chain", lambda c: c.validate_causal_chain(uid(1))),
-    ("metrics", lambda c: c.metrics("plan")),
     ("downstream", lambda c: c.downstream(uid(1))),
     ("write", lambda c: c.write()),
     ("ledger_now", lambda c: c.ledger_now(None)),  # type: ignore[arg-type]

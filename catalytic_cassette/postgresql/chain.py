@@ -203,7 +203,12 @@ class PgCausalChain(PgLedger, CausalChain):
         unsupported("validate_causal_chain")
 
     def metrics(self, by: str) -> list[dict[str, Any]]:
-        unsupported("metrics")
+        from ..metrics import grouping, metric_rows
+
+        column, where = grouping(by)
+        sql = query("metrics").format(column=column, where=where)
+        with connection.transaction(self.pg) as conn:
+            return metric_rows(by, conn.execute(sql).fetchall())
 
     def follow(self, since_seq: int = -1, **options: Any) -> Iterator[dict[str, Any]]:
         from ..follow import follow_reader

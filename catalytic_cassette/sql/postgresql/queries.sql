@@ -193,3 +193,17 @@ SELECT checkpoint_id, plan_id, context_json, created_at
 
 -- name: checkpoint_context
 SELECT context_json FROM cassette_checkpoints WHERE checkpoint_id = %(checkpoint_id)s;
+
+-- name: metrics
+-- ({column} and {where} come from metrics.DIMENSIONS, never from a caller.) As SQLite's:
+-- nearest-rank percentiles, a null duration ranked first; groups in byte order of their
+-- key, the null group first.
+SELECT k, count(*), sum(CASE WHEN success = 0 THEN 1 ELSE 0 END), sum(duration_ms),
+       sum(cost_micros),
+       max(CASE WHEN r = (n * 50 + 99) / 100 THEN duration_ms END),
+       max(CASE WHEN r = (n * 95 + 99) / 100 THEN duration_ms END)
+  FROM (SELECT {column} AS k, success, duration_ms, cost_micros,
+               row_number() OVER (PARTITION BY {column} ORDER BY duration_ms NULLS FIRST) AS r,
+               count(*) OVER (PARTITION BY {column}) AS n
+          FROM cassette_actions WHERE {where}) ranked
+ GROUP BY k ORDER BY k IS NOT NULL, k COLLATE "C";
