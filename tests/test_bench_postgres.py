@@ -15,6 +15,7 @@ from . import postgres
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_bench_postgres_quick_run(tmp_path: Path) -> None:
     pytest.importorskip("procrastinate", reason="the peer baseline: pip install -e '.[bench]'")
     try:
