@@ -143,8 +143,17 @@ class PgMessageCassette(PgLedger, MessageCassette):
         item = _prepare_complete(
             run_id, step_id, worker_id, fencing_token, receipt_payload, outcome
         )
-        with connection.transaction(self.pg) as conn:
-            return _complete(conn, item)
+        run_id, step_id, worker_id, token, outcome, receipt = item
+        rows = self._fetch(
+            "complete",
+            run_id=run_id,
+            step_id=step_id,
+            worker_id=worker_id,
+            fencing_token=token,
+            outcome=outcome,
+            receipt_json=receipt,
+        )
+        return int(rows[0][0])
 
     def complete_and_claim(
         self,
@@ -159,16 +168,22 @@ class PgMessageCassette(PgLedger, MessageCassette):
         item = _prepare_complete(
             run_id, step_id, worker_id, fencing_token, receipt_payload, outcome
         )
-        ttl = _ttl_ms(ttl_seconds)
-        with connection.transaction(self.pg) as conn:
-            receipt_id = _complete(conn, item)
-            rows = conn.execute(
-                query("claim"), {"run_id": run_id, "worker_id": worker_id, "n": 1, "ttl_ms": ttl}
-            ).fetchall()
+        run_id, step_id, worker_id, token, outcome, receipt = item
+        rows = self._fetch(
+            "complete_and_claim",
+            run_id=run_id,
+            step_id=step_id,
+            worker_id=worker_id,
+            fencing_token=token,
+            outcome=outcome,
+            receipt_json=receipt,
+            ttl_ms=_ttl_ms(ttl_seconds),
+        )
+        row = rows[0]
         return {
-            "receipt_id": receipt_id,
+            "receipt_id": int(row[0]),
             "step_id": step_id,
-            "next": _leased(rows[0], run_id, worker_id) if rows else None,
+            "next": _leased(row[1:], run_id, worker_id) if row[1] is not None else None,
         }
 
     def complete_steps(

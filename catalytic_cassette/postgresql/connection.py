@@ -192,6 +192,18 @@ def migrate(conn: psycopg.Connection[Any]) -> int:
     return latest
 
 
+def statement(
+    conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    """One statement as its own transaction (autocommit: the server commits when it ends),
+    its rows; errors leave as CassetteError. A write that is one statement needs no
+    BEGIN and COMMIT round trips, so the head's lock is not held across the network."""
+    try:
+        return conn.execute(sql, params).fetchall()
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
 @contextmanager
 def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
     """One transaction: committed on success, rolled back on any exception, which leaves

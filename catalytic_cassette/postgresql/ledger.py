@@ -36,9 +36,8 @@ class PgLedger:
     pg: psycopg.Connection[Any]
 
     def _fetch(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
-        """One named query in its own transaction."""
-        with connection.transaction(self.pg) as conn:
-            return conn.execute(query(name), params).fetchall()
+        """One named query, one statement: its own transaction (autocommit)."""
+        return connection.statement(self.pg, query(name), params)
 
     def now_ms(self) -> int:
         """The ledger's time now: the server's clock, never earlier than the last write."""

@@ -15,6 +15,12 @@ SELECT step_id, job_id, message_id, ordinal, payload_json, fencing_token, lease_
 SELECT cassette_complete(%(run_id)s, %(step_id)s, %(worker_id)s, %(fencing_token)s,
                          %(outcome)s, %(receipt_json)s);
 
+-- name: complete_and_claim
+SELECT receipt_id, step_id, job_id, message_id, ordinal, payload_json, fencing_token,
+       lease_expires_at
+  FROM cassette_complete_and_claim(%(run_id)s, %(step_id)s, %(worker_id)s, %(fencing_token)s,
+                                   %(outcome)s, %(receipt_json)s, %(ttl_ms)s);
+
 -- name: release
 SELECT cassette_release(%(run_id)s, %(step_id)s, %(worker_id)s, %(fencing_token)s);
 
