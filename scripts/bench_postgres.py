@@ -24,6 +24,10 @@ Workloads (``--workloads``):
   post   messages/s from one process, one message per transaction and in batches
          (``--batch``): ours (post_message / post_messages), raw INSERTs, procrastinate
          (defer_async / batch_defer_async)
+  append actions/s from one process, single and batched: ours (append_action(s)) against
+         the same rows INSERTed into the bare table
+  verify seconds to verify a ledger of --posts messages, each claimed and completed: ours
+         on the server against SQLite's verify of its copy (the same journal)
   hold   how long one claim+complete transaction of ours holds the chain's head row, and
          where that time goes (per statement, the commit's flush; with ``--profile``,
          pg_stat_statements with nested statements, after a restart, once the timed runs
@@ -80,7 +84,7 @@ PAYLOAD: dict[str, Any] = {
 }
 RECEIPT: dict[str, Any] = {"ok": True}
 LOOPS = ("ours-separate", "ours-fused", "raw-separate", "raw-fused", "procrastinate")
-WORKLOADS = ("cycle", "post", "hold")
+WORKLOADS = ("cycle", "post", "hold", "append", "verify")
 TASK = "noop"
 
 Samples = dict[str, list[float]]
@@ -708,6 +712,128 @@ def workload_post(server: Server, args: argparse.Namespace, report: dict[str, An
     report["post"] = {"samples": samples, "count": count, "batch": batch}
 
 
+def workload_append(server: Server, args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """append_action(s) of ours against the same rows INSERTed into the bare table."""
+    from catalytic_cassette.chain import CausalChain
+
+    out("\n== 4. append (actions/s, one process) ==")
+    server.drop("tpl_append_ours")
+    template_empty_ours(server, "tpl_append_ours")
+    server.drop("tpl_append_raw")
+    template_raw(server, "tpl_append_raw", 0)
+    count, batch = args.posts, args.batch
+    action = {
+        "plan_id": "plan",
+        "intent_id": "intent",
+        "action_type": "InternalStep",
+        "function_name": "work",
+        "arguments": [1],
+        "result": {"ok": True},
+        "duration_ms": 3,
+    }
+
+    def ours(batched: bool) -> Callable[[str], float]:
+        def run(url: str) -> float:
+            with CausalChain(url) as chain:
+                started = time.perf_counter()
+                if batched:
+                    for start in range(0, count, batch):
+                        chain.append_actions([action] * min(batch, count - start))
+                else:
+                    for _ in range(count):
+                        chain.append_action(action)
+                return count / (time.perf_counter() - started)
+
+        return run
+
+    def raw(batched: bool) -> Callable[[str], float]:
+        def run(url: str) -> float:
+            with psycopg.connect(url, autocommit=True) as conn:
+                started = time.perf_counter()
+                size = batch if batched else 1
+                for start in range(0, count, size):
+                    with conn.transaction():
+                        for seq in range(start + 1, min(count, start + size) + 1):
+                            conn.execute(
+                                "INSERT INTO cassette_actions (action_seq, action_id, plan_id,"
+                                " intent_id, action_type, function_name, arguments_json,"
+                                ' result_json, success, cost_micros, duration_ms, "timestamp",'
+                                " metadata_json) VALUES (%s, %s, 'plan', 'intent',"
+                                " 'InternalStep', 'work', '[1]', '{\"ok\":true}', 1, 0,"
+                                " 3, %s, '{}')",
+                                (seq, f"a-{seq}", now_ms()),
+                            )
+                return count / (time.perf_counter() - started)
+
+        return run
+
+    contenders = {
+        "ours single": ("tpl_append_ours", ours(False)),
+        "raw single": ("tpl_append_raw", raw(False)),
+        f"ours batch {batch}": ("tpl_append_ours", ours(True)),
+        f"raw batch {batch}": ("tpl_append_raw", raw(True)),
+    }
+    samples: Samples = {name: [] for name in contenders}
+    for _ in range(args.reps):
+        for label, (template, run) in contenders.items():
+            name = trial_name("append")
+            url = server.create(name, template)
+            try:
+                samples[label].append(run(url))
+            finally:
+                server.drop(name)
+    for label in contenders:
+        out(f"append {label:26s} {rate_line(samples[label])}")
+    med = {label: statistics.median(v) for label, v in samples.items()}
+    for mode in ("single", f"batch {batch}"):
+        out(f"  {mode}: ours/raw = {med[f'ours {mode}'] / med[f'raw {mode}']:.2f}")
+    report["append"] = {"samples": samples, "count": count, "batch": batch}
+
+
+def workload_verify(server: Server, args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """verify of a PostgreSQL ledger against verify of its copy in a SQLite file: the same
+    journal, the same checks, in the same run."""
+    import tempfile
+
+    from catalytic_cassette.copying import copy_ledger
+    from catalytic_cassette.verify import verify_path
+
+    out("\n== 5. verify (seconds, one ledger of --posts messages, claimed and completed) ==")
+    name = trial_name("verify")
+    url = server.create(name)
+    samples: Samples = {"postgresql": [], "sqlite copy": []}
+    try:
+        with MessageCassette(url) as cassette:
+            for start in range(0, args.posts, 100):
+                cassette.post_messages(
+                    [(PAYLOAD, RUN, SOURCE, None)] * min(100, args.posts - start)
+                )
+            lease = cassette.claim_step(RUN, "w")
+            while lease is not None:
+                lease = cassette.complete_and_claim(
+                    RUN, lease["step_id"], "w", lease["fencing_token"], {"ok": True}, "SUCCESS"
+                )["next"]
+        with tempfile.TemporaryDirectory() as scratch:
+            copied = f"{scratch}/copy.db"
+            copy_ledger(url, copied)
+            for _ in range(args.reps):
+                for label, target in (("postgresql", url), ("sqlite copy", copied)):
+                    started = time.perf_counter()
+                    verified = verify_path(target)
+                    samples[label].append(time.perf_counter() - started)
+                    if not verified.ok:
+                        raise SystemExit(f"verify of {label} failed: {verified.findings[:3]}")
+        entries = verified.journal_rows
+    finally:
+        server.drop(name)
+    medians = {label: statistics.median(values) for label, values in samples.items()}
+    for label, values in samples.items():
+        spread = f"range {min(values):.2f}-{max(values):.2f}"
+        out(f"verify {label:12s} {medians[label]:.2f} s ({spread}) for {entries:,} entries")
+    out(f"  postgresql/sqlite = {medians['postgresql'] / medians['sqlite copy']:.2f}")
+    report["verify"] = {"samples": samples, "entries": entries}
+
+
 # ------------------------------------------------------ 3. the head's hold time
 
 
@@ -892,7 +1018,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=3000, help="steps per cycle trial")
     parser.add_argument("--mp-counts", default="1,4,16", help="worker processes, e.g. 1,4,16")
     parser.add_argument("--loops", default=",".join(LOOPS), help=f"subset of {','.join(LOOPS)}")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="cycle,post,hold")
+    parser.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="cycle,post,hold,append,verify"
+    )
     parser.add_argument("--posts", type=int, default=2000, help="posts per repetition")
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--hold-cycles", type=int, default=1000)
@@ -935,6 +1063,10 @@ def main(argv: list[str] | None = None) -> int:
             workload_post(server, args, report)
         if "hold" in args.workloads:
             workload_hold(server, args, report)
+        if "append" in args.workloads:
+            workload_append(server, args, report)
+        if "verify" in args.workloads:
+            workload_verify(server, args, report)
         if args.profile:
             profile(server, cluster, args)
         out("\n== targets ==")
@@ -945,7 +1077,6 @@ def main(argv: list[str] | None = None) -> int:
             )
         report["setup"]["load_end"] = load()
         out(f"load average at the end {report['setup']['load_end']}")
-        out("verify: not ported to PostgreSQL yet (BACKEND_UNSUPPORTED): not measured")
     finally:
         if not args.keep_cluster:
             try:

@@ -56,9 +56,13 @@ def test_bench_postgres_quick_run(tmp_path: Path) -> None:
         "post raw batch",
         "complete_and_claim",
         "commit of a one-row insert",
-        "verify: not ported",
+        "append ours single",
+        "append raw batch",
+        "verify postgresql",
+        "verify sqlite copy",
+        "postgresql/sqlite = ",
     ):
         assert expected in text, f"{expected!r} missing from:\n{text}"
     data = json.loads(results.read_text())
-    assert {"setup", "cycle", "post", "hold"} <= set(data)
+    assert {"setup", "cycle", "post", "hold", "append", "verify"} <= set(data)
     assert data["setup"]["settings"]["fsync"] == "on"
