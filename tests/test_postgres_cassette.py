@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from catalytic_cassette import CassetteError, ErrorCode
+from catalytic_cassette import CassetteError, ErrorCode, MessageCassette
 from catalytic_cassette.hashing import ZERO_HASH, chain_hash, leaf_hash
 
 from .backends import BACKENDS, Ledger
@@ -240,3 +240,27 @@ def test_no_sqlite_method_runs_on_a_postgres_cassette() -> None:
     # the one-item forms call the batch forms, which are PostgreSQL's
     pure = {"post_message", "claim_step"}
     assert public - set(vars(PgMessageCassette)) - set(vars(PgLedger)) == pure
+
+
+def test_text_postgres_cannot_hold_is_invalid_argument_and_writes_nothing(
+    pg_ledger: str,
+) -> None:
+    ledger = Ledger("postgresql", pg_ledger)
+    with ledger.open() as cassette:
+        refused(ErrorCode.INVALID_ARGUMENT, cassette.post_message, {"a": 1}, "r\x00", "USER")
+        refused(ErrorCode.INVALID_ARGUMENT, cassette.claim_step, "r\x00", "w")
+        assert cassette.pg.info.transaction_status.name == "IDLE"
+    assert ledger.journal() == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://%zz",
+        "postgresql://someone:hunter2secret@nowhere.invalid:notaport/db",
+        "postgresql://nobody@/db?host=/nonexistent-socket-dir",
+    ],
+)
+def test_a_url_that_cannot_be_opened_is_cannot_open_and_hides_its_password(url: str) -> None:
+    error = refused(ErrorCode.CANNOT_OPEN, MessageCassette, url)
+    assert "hunter2secret" not in str(error)

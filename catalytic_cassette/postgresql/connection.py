@@ -50,7 +50,9 @@ def translate(exc: Exception) -> CassetteError:
         return CassetteError(ErrorCode.BUSY, f"the ledger is busy ({text})")
     if state.startswith("23"):
         return CassetteError(ErrorCode.CONSTRAINT_VIOLATION, text)
-    if state.startswith("22"):  # a value the server cannot take (NUL in text, a range)
+    if state.startswith("22") or isinstance(exc, psycopg.DataError):
+        # a value the server cannot take: NUL in text (refused by psycopg before it is
+        # sent, with no SQLSTATE), a number out of range, bytes that are not UTF-8
         return CassetteError(ErrorCode.INVALID_ARGUMENT, text)
     if isinstance(exc, psycopg.OperationalError) or state.startswith("08"):
         return CassetteError(ErrorCode.CANNOT_OPEN, text)
@@ -65,18 +67,24 @@ def _require_psycopg() -> None:
         )
 
 
+def _open(url: str) -> psycopg.Connection[Any]:
+    """An autocommit connection; a URL that does not parse or a server that cannot be
+    reached is CANNOT_OPEN (the password never shown)."""
+    _require_psycopg()
+    try:
+        return psycopg.connect(url, autocommit=True, application_name="catalytic-cassette")
+    except psycopg.Error as exc:
+        raise CassetteError(
+            ErrorCode.CANNOT_OPEN, f"cannot connect to {redact(url)}: {redact(str(exc))}"
+        ) from exc
+
+
 def connect(
     url: str, *, durability: str, busy_timeout_ms: int, read_only: bool = False
 ) -> psycopg.Connection[Any]:
     """An autocommit connection (every write opens its own transaction), migrated to the
     package's schema unless ``read_only``."""
-    _require_psycopg()
-    try:
-        conn = psycopg.connect(url, autocommit=True, application_name="catalytic-cassette")
-    except psycopg.Error as exc:
-        raise CassetteError(
-            ErrorCode.CANNOT_OPEN, f"cannot connect to {redact(url)}: {exc}"
-        ) from exc
+    conn = _open(url)
     try:
         _check_server(conn)
         conn.execute(
@@ -133,12 +141,11 @@ def _require_current(conn: psycopg.Connection[Any]) -> None:
 def pending_versions(url: str) -> list[int]:
     """Versions the ledger at ``url`` still needs, read without changing it; all of them
     for a database that holds no ledger yet."""
-    _require_psycopg()
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
+    with _open(url) as conn:
+        try:
             version = applied_version(conn) or 0
-    except psycopg.Error as exc:
-        raise translate(exc) from exc
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
     latest = len(sqlfiles.migrations())
     if version > latest:
         raise CassetteError(ErrorCode.SCHEMA_TOO_NEW, f"schema {version} is newer than {latest}")
