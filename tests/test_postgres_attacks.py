@@ -140,6 +140,11 @@ OWNER_ATTACKS = [
     ),
     ("UPDATE cassette_head SET time_ms = 0", ErrorCode.TIME_BACKWARDS),
     ("UPDATE cassette_head SET next_seq = 100", ErrorCode.JOURNAL_BROKEN),
+    ("UPDATE cassette_head SET chain_hash = sha256('x')", ErrorCode.JOURNAL_BROKEN),
+    (
+        "UPDATE cassette_head SET tx = (pg_current_xact_id()::text::bigint + 3)::text::xid8",
+        ErrorCode.JOURNAL_BROKEN,
+    ),
     ("DELETE FROM cassette_head", ErrorCode.JOURNAL_BROKEN),
     ("SELECT cassette_advance_clock(-1)", ErrorCode.INVALID_ARGUMENT),
     (
@@ -280,3 +285,40 @@ def test_a_login_role_in_the_worker_role_uses_the_whole_worker_api(seeded: str, 
     finally:
         owner.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
         owner.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def test_a_workers_own_settings_do_not_change_its_functions(worker: Any) -> None:
+    """The functions pin the settings their SQL is written for (0006): a session with
+    standard_conforming_strings off still posts, and journals the same bytes."""
+    worker.execute("SET standard_conforming_strings = off")
+    worker.execute("SET extra_float_digits = 3")
+    (message_id,) = worker.execute(
+        "SELECT message_id FROM cassette_post('run', 'USER', NULL, %s, ARRAY['i'], ARRAY[1],"
+        " ARRAY[%s])",
+        ('{"x":1.5e300,"y":"\\u00e9"}', '{"x":0.1}'),
+    ).fetchone()
+    assert message_id == 2
+    body = worker.execute("SELECT body FROM cassette_journal WHERE seq = 5").fetchone()[0]
+    assert '\\"x\\":1.5e300' in body
+
+
+def test_the_schema_takes_no_object_from_a_role(seeded: str, owner: Any) -> None:
+    """No ledger role may create objects in the ledger's schema (0006), and a grant that
+    would let one is a change verify reports."""
+    from catalytic_cassette.verify import verify_path
+
+    for role in ("cassette_worker", "cassette_appender", "cassette_auditor"):
+        (may,) = owner.execute(
+            "SELECT has_schema_privilege(%s, 'public', 'CREATE')", (role,)
+        ).fetchone()
+        assert may is False
+    assert verify_path(seeded).ok
+    owner.execute("GRANT CREATE ON SCHEMA public TO cassette_worker")
+    try:
+        report = verify_path(seeded)
+        assert not report.ok
+        assert any(
+            f.kind.value == "schema_changed" and "public" in f.detail for f in report.findings
+        )
+    finally:
+        owner.execute("REVOKE CREATE ON SCHEMA public FROM cassette_worker")

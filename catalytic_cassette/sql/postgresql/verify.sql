@@ -110,6 +110,17 @@ SELECT p.oid::pg_catalog.regprocedure::text, CASE WHEN a.grantee = 0 THEN 'PUBLI
        pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f'::"char", p.proowner))) a
  WHERE p.pronamespace = 'public'::regnamespace;
 
+-- Who may use or create in the ledger's schema (a role that may create there can plant
+-- a function the owner's code resolves: 0006 revokes CREATE from PUBLIC).
+-- name: catalog_schema_grants
+SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+            WHEN a.grantee = n.nspowner THEN '<owner>'
+            ELSE pg_catalog.pg_get_userbyid(a.grantee) END,
+       a.privilege_type, a.is_grantable
+  FROM pg_catalog.pg_namespace n,
+       pg_catalog.aclexplode(coalesce(n.nspacl, pg_catalog.acldefault('n'::"char", n.nspowner))) a
+ WHERE n.oid = 'public'::regnamespace;
+
 -- name: catalog_rules
 SELECT c.relname, r.rulename, pg_catalog.pg_get_ruledef(r.oid), r.ev_enabled::text
   FROM pg_catalog.pg_rewrite r
