@@ -91,8 +91,8 @@ def describe(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         grants.setdefault(f"grants {rel}.{column}", []).append(grant)
     for signature, *grant in _rows(conn, "catalog_function_grants"):
         grants.setdefault(f"grants function {signature}", []).append(grant)
-    for grant in _rows(conn, "catalog_schema_grants"):
-        grants.setdefault("grants schema public", []).append(list(grant))
+    for schema_grant in _rows(conn, "catalog_schema_grants"):
+        grants.setdefault("grants schema public", []).append(list(schema_grant))
     objects.update({key: sorted(value) for key, value in grants.items()})
     for rel, name, *rest in _rows(conn, "catalog_rules"):
         objects[f"rule {rel}.{name}"] = list(rest)
