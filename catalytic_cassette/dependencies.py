@@ -8,7 +8,7 @@ import sqlite3
 from typing import Any
 
 from .errors import CassetteError, ErrorCode
-from .reasoning import summary
+from .reasoning import Fetch, sqlite_fetch, summary
 
 DEFAULT_WINDOW_MS = 3_600_000  # the last hour
 DEFAULT_LIMIT = 5
@@ -38,6 +38,17 @@ SELECT up.hops, up.action_id, a.caused_by, a.timestamp
  ORDER BY up.hops
 """
 
+_SCOPE_ROW = "SELECT {column}, timestamp, action_seq FROM cassette_actions WHERE action_id = :id"
+_CAP = "SELECT coalesce(max(action_seq), 0) FROM cassette_actions"
+
+# The named reads, one per scope where the scope column is spliced in (from SCOPES).
+SQLITE_READS: dict[str, str] = {
+    "dependencies_up": _UP,
+    "dependencies_cap": _CAP,
+    **{f"candidates_{s}": _CANDIDATES.format(column=c) for s, c in SCOPES.items()},
+    **{f"scope_row_{s}": _SCOPE_ROW.format(column=c) for s, c in SCOPES.items()},
+}
+
 
 def _positive(value: Any, what: str, highest: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -65,11 +76,33 @@ def candidates(
 ) -> list[dict[str, Any]]:
     """Actions of the same scope in ``[at_ms - window_ms, at_ms]`` (and before action
     ``before_seq``), newest first, each with the reason it is proposed."""
-    column = _scope(scope)
+    return candidates_of(
+        sqlite_fetch(conn, SQLITE_READS),
+        scope,
+        value,
+        at_ms=at_ms,
+        before_seq=before_seq,
+        window_ms=window_ms,
+        limit=limit,
+    )
+
+
+def candidates_of(
+    fetch: Fetch,
+    scope: str,
+    value: str,
+    *,
+    at_ms: int,
+    before_seq: int | None = None,
+    window_ms: int = DEFAULT_WINDOW_MS,
+    limit: int = DEFAULT_LIMIT,
+) -> list[dict[str, Any]]:
+    """``candidates`` through any backend's reads."""
+    _scope(scope)
     _positive(window_ms, "window_ms")
     _positive(limit, "limit", MAX_SUGGESTIONS)
-    rows = conn.execute(
-        _CANDIDATES.format(column=column),
+    rows = fetch(
+        f"candidates_{scope}",
         {
             "value": value,
             "before_seq": (1 << 63) - 1 if before_seq is None else before_seq,
@@ -77,7 +110,7 @@ def candidates(
             "at": at_ms,
             "limit": limit,
         },
-    ).fetchall()
+    )
     found = []
     for action_id, action_type, function_name, rationale, success, timestamp in rows:
         age = at_ms - timestamp
@@ -93,8 +126,13 @@ def candidates(
     return found
 
 
-def detect_dependencies(
-    conn: sqlite3.Connection,
+def detect_dependencies(conn: sqlite3.Connection, **query: Any) -> list[dict[str, Any]]:
+    """Candidate causes, newest first (``dependencies_of``), read from SQLite."""
+    return dependencies_of(sqlite_fetch(conn, SQLITE_READS), **query)
+
+
+def dependencies_of(
+    fetch: Fetch,
     *,
     now_ms: int,
     plan_id: str | None = None,
@@ -119,17 +157,15 @@ def detect_dependencies(
             raise CassetteError(
                 ErrorCode.INVALID_ARGUMENT, "give an action, or a scope and a time, not both"
             )
-        column = _scope(scope)
-        row = conn.execute(
-            f"SELECT {column}, timestamp, action_seq FROM cassette_actions WHERE action_id = ?",
-            (action_id,),
-        ).fetchone()
-        if row is None:
+        _scope(scope)
+        found = fetch(f"scope_row_{scope}", {"id": action_id})
+        if not found:
             raise CassetteError(ErrorCode.NOT_FOUND, f"no action {action_id}")
+        row = found[0]
         if row[0] is None:
             return []  # an action without a session has no session neighbours
-        return candidates(
-            conn,
+        return candidates_of(
+            fetch,
             scope,
             row[0],
             at_ms=row[1],
@@ -145,17 +181,22 @@ def detect_dependencies(
     when = now_ms if at_ms is None else at_ms
     if isinstance(when, bool) or not isinstance(when, int):
         raise CassetteError(ErrorCode.INVALID_ARGUMENT, "at must be epoch milliseconds")
-    return candidates(conn, scope_name, value, at_ms=when, window_ms=window_ms, limit=limit)
+    return candidates_of(fetch, scope_name, value, at_ms=when, window_ms=window_ms, limit=limit)
 
 
 def validate_causal_chain(conn: sqlite3.Connection, action_id: str) -> dict[str, Any]:
+    """``validate_causal_chain_of``, read from SQLite."""
+    return validate_causal_chain_of(sqlite_fetch(conn, SQLITE_READS), action_id)
+
+
+def validate_causal_chain_of(fetch: Fetch, action_id: str) -> dict[str, Any]:
     """Walk the causes of one action up to its root: every cause must exist and carry a
     timestamp no later than its effect's. A ledger whose triggers were intact never
     fails this (LAW.md 6c); rows written before migration 7, or by hand with the
     triggers dropped, can. One recursive query; cycles (possible only in a forged
     file) stop at the ledger's size."""
-    cap = conn.execute("SELECT coalesce(max(action_seq), 0) FROM cassette_actions").fetchone()[0]
-    rows = conn.execute(_UP, {"id": action_id, "cap": cap}).fetchall()
+    cap = fetch("dependencies_cap", {})[0][0]
+    rows = fetch("dependencies_up", {"id": action_id, "cap": cap})
     if rows[0][3] is None:
         raise CassetteError(ErrorCode.NOT_FOUND, f"no action {action_id}")
     problems: list[dict[str, Any]] = []

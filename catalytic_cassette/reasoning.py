@@ -1,8 +1,14 @@
-"""Why it happened: cause chains, reasoning, statistics. Each is one SQL query."""
+"""Why it happened: cause chains, reasoning, statistics. Each is one SQL query.
+
+The logic reads through a ``Fetch`` (a named statement and its parameters -> rows), so
+each backend supplies its own SQL: SQLite's is here (``sqlite_fetch``), PostgreSQL's in
+``sql/postgresql/queries.sql`` under the same names.
+"""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .actions import CATEGORIES
@@ -38,6 +44,35 @@ SELECT a.action_id FROM cassette_actions a
 """
 
 
+_ACTION_BRIEF = (
+    "SELECT action_id, caused_by, category, rationale, action_type, function_name, success,"
+    " parent_action_id, timestamp FROM cassette_actions WHERE action_id = :id"
+)
+_SUMMARY_OF = (
+    "SELECT action_type, function_name, rationale, success FROM cassette_actions"
+    " WHERE action_id = :id"
+)
+
+# A named read: the statement's name and its parameters -> its rows.
+Fetch = Callable[[str, dict[str, Any]], list[tuple[Any, ...]]]
+
+SQLITE_READS: dict[str, str] = {
+    "reasoning_action": _ACTION_BRIEF,
+    "reasoning_summary_of": _SUMMARY_OF,
+    "reasoning_up": _UP,
+    "reasoning_down": _DOWN,
+}
+
+
+def sqlite_fetch(conn: sqlite3.Connection, statements: Mapping[str, str] = SQLITE_READS) -> Fetch:
+    """A ``Fetch`` over a SQLite connection and these named statements."""
+
+    def fetch(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in conn.execute(statements[name], params)]
+
+    return fetch
+
+
 def summary(action_type: str, function_name: str, rationale: str | None, success: Any) -> str:
     """One line for people: type, function, outcome and the start of the rationale."""
     line = f"{action_type} {function_name}" + ("" if success in (1, True) else " (failed)")
@@ -46,21 +81,22 @@ def summary(action_type: str, function_name: str, rationale: str | None, success
     return line if len(line) <= SUMMARY_WIDTH else line[: SUMMARY_WIDTH - 3] + "..."
 
 
-def _require(conn: sqlite3.Connection, action_id: str) -> tuple[Any, ...]:
-    row = conn.execute(
-        "SELECT action_id, caused_by, category, rationale, action_type, function_name, success,"
-        " parent_action_id, timestamp FROM cassette_actions WHERE action_id = ?",
-        (action_id,),
-    ).fetchone()
-    if row is None:
+def _require(fetch: Fetch, action_id: str) -> tuple[Any, ...]:
+    rows = fetch("reasoning_action", {"id": action_id})
+    if not rows:
         raise CassetteError(ErrorCode.NOT_FOUND, f"no action {action_id}")
-    return tuple(row)
+    return rows[0]
 
 
 def build_causal_chain(
     conn: sqlite3.Connection, action_id: str, max_depth: int | None = None
 ) -> dict[str, Any]:
-    """The cause chain from its root down to the action, in one recursive query.
+    """The cause chain from its root down to the action, in one recursive query."""
+    return causal_chain_of(sqlite_fetch(conn), action_id, max_depth)
+
+
+def causal_chain_of(fetch: Fetch, action_id: str, max_depth: int | None = None) -> dict[str, Any]:
+    """``build_causal_chain`` through any backend's reads.
 
     ``max_depth`` limits how many causes above the action are walked; ``truncated``
     says whether the walk was cut before reaching the root.
@@ -69,8 +105,8 @@ def build_causal_chain(
         isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0
     ):
         raise CassetteError(ErrorCode.INVALID_ARGUMENT, "max_depth must be a non-negative integer")
-    _require(conn, action_id)
-    rows = conn.execute(_UP, {"id": action_id, "limit": -1 if max_depth is None else max_depth})
+    _require(fetch, action_id)
+    rows = fetch("reasoning_up", {"id": action_id, "limit": -1 if max_depth is None else max_depth})
     entries = []
     truncated = False
     for depth, row in enumerate(rows):
@@ -99,16 +135,21 @@ def build_causal_chain(
 
 def reconstruct_reasoning(conn: sqlite3.Connection, action_id: str) -> dict[str, Any]:
     """The action's category, rationale and summary, its direct cause and its parent."""
+    return reasoning_of(sqlite_fetch(conn), action_id)
+
+
+def reasoning_of(fetch: Fetch, action_id: str) -> dict[str, Any]:
+    """``reconstruct_reasoning`` through any backend's reads."""
     aid, caused_by, category, rationale, action_type, function_name, ok, parent, _ = _require(
-        conn, action_id
+        fetch, action_id
     )
     result: dict[str, Any] = {
         "action_id": aid,
         "category": category,
         "rationale": rationale,
         "summary": summary(action_type, function_name, rationale, ok),
-        "cause": _brief(conn, caused_by),
-        "parent": _brief(conn, parent),
+        "cause": _brief(fetch, caused_by),
+        "parent": _brief(fetch, parent),
         "has_causality": caused_by is not None or rationale is not None or category is not None,
     }
     if not result["has_causality"]:
@@ -116,21 +157,22 @@ def reconstruct_reasoning(conn: sqlite3.Connection, action_id: str) -> dict[str,
     return result
 
 
-def _brief(conn: sqlite3.Connection, action_id: str | None) -> dict[str, Any] | None:
+def _brief(fetch: Fetch, action_id: str | None) -> dict[str, Any] | None:
     if action_id is None:
         return None
-    row = conn.execute(
-        "SELECT action_type, function_name, rationale, success FROM cassette_actions"
-        " WHERE action_id = ?",
-        (action_id,),
-    ).fetchone()
-    return {"action_id": action_id, "summary": summary(*row)} if row else None
+    rows = fetch("reasoning_summary_of", {"id": action_id})
+    return {"action_id": action_id, "summary": summary(*rows[0])} if rows else None
 
 
 def downstream(conn: sqlite3.Connection, action_id: str) -> list[str]:
     """Every action caused, directly or transitively, by this one (insertion order)."""
-    _require(conn, action_id)
-    return [row[0] for row in conn.execute(_DOWN, {"id": action_id})]
+    return downstream_of(sqlite_fetch(conn), action_id)
+
+
+def downstream_of(fetch: Fetch, action_id: str) -> list[str]:
+    """``downstream`` through any backend's reads."""
+    _require(fetch, action_id)
+    return [row[0] for row in fetch("reasoning_down", {"id": action_id})]
 
 
 def causality_stats(
@@ -172,13 +214,11 @@ def _stats(
         f" FROM cassette_actions a WHERE {scope}",
         params,
     ).fetchone()
-    categories = dict.fromkeys(CATEGORIES, 0)
-    for category, count in conn.execute(
+    category_rows = conn.execute(
         f"SELECT category, count(*) FROM cassette_actions a WHERE {scope}"
         " AND category IS NOT NULL GROUP BY category",
         params,
-    ):
-        categories[category] = count
+    ).fetchall()
     # Top-down from every root cause: each action is reached once, so this is linear.
     lengths = conn.execute(
         f"""
@@ -196,6 +236,22 @@ def _stats(
         """,
         params,
     ).fetchone()
+    return stats_of(plan_id, session_id, tuple(totals), category_rows, tuple(lengths))
+
+
+def stats_of(
+    plan_id: str | None,
+    session_id: str | None,
+    totals: tuple[Any, ...],
+    category_rows: list[tuple[Any, ...]],
+    lengths: tuple[Any, ...],
+) -> dict[str, Any]:
+    """``causality_stats`` from any backend's three reads: the totals (count, with
+    causality, with a cause, a cause without rationale, root causes, isolated roots), the
+    (category, count) rows, and the chain lengths (average, maximum, sum)."""
+    categories = dict.fromkeys(CATEGORIES, 0)
+    for category, count in category_rows:
+        categories[category] = count
     return {
         "plan_id": plan_id,
         "session_id": session_id,

@@ -106,7 +106,7 @@ def test_the_url_comes_from_cassette_db_too(pg_ledger: str) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [("export", "--plan", "p"), ("metrics", "--by", "plan"), ("chain", "a-1"), ("why", "a-1")],
+    [("export", "--plan", "p"), ("plan", "show", "p"), ("mcp",)],
 )
 def test_what_is_not_ported_says_so(pg_ledger: str, args: tuple[str, ...]) -> None:
     """A command not yet ported refuses with BACKEND_UNSUPPORTED (exit 1), at the one place
@@ -134,3 +134,27 @@ def test_tail_follows_a_postgres_journal(pg_ledger: str) -> None:
         cassette.claim_step("r", "w")
     more = invoke(pg_ledger, "tail", "--since-seq", "2", "--follow", "--timeout", "0.3")
     assert [json.loads(line)["row"]["status"] for line in more.stdout.splitlines()] == ["LEASED"]
+
+
+def test_reasoning_commands_answer_on_postgres(pg_ledger: str) -> None:
+    """metrics, validate-chain and suggest-causes reach the PostgreSQL chain."""
+    from catalytic_cassette.chain import CausalChain
+
+    with CausalChain(pg_ledger) as chain:
+        first = chain.append_action(
+            {
+                "plan_id": "p",
+                "intent_id": "i",
+                "action_type": "InternalStep",
+                "function_name": "f",
+                "arguments": [1],
+                "duration_ms": 5,
+            }
+        )
+    rows = invoke(pg_ledger, "metrics", "--by", "plan", "--json")
+    assert [(r["plan"], r["count"]) for r in json.loads(rows.stdout)] == [("p", 1)]
+    checked = invoke(pg_ledger, "validate-chain", first.action_id)
+    assert json.loads(checked.stdout)["ok"] is True
+    suggested = json.loads(invoke(pg_ledger, "suggest-causes", "--plan", "p").stdout)
+    assert [s["action_id"] for s in suggested] == [first.action_id]
+    assert suggested[0]["reason"].startswith("same plan 'p'")

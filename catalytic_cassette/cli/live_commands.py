@@ -73,24 +73,18 @@ def suggest_causes(
 ) -> list[dict[str, Any]]:
     """Candidate causes, newest first, each with its reason. Proposals only: nothing is
     written, and `caused_by` stays what the orchestrator observed."""
-    import time
-
-    from ..dependencies import detect_dependencies
     from ..timeline import parse_time
 
-    with _reading(ctx) as conn:
-        return detect_dependencies(
-            conn,
-            now_ms=time.time_ns() // 1_000_000,
-            plan_id=plan,
-            session_id=session,
-            intent_id=intent,
-            action_id=action_id,
-            scope=scope,
-            at_ms=None if at is None else parse_time(at),
-            window_ms=window_ms,
-            limit=limit,
-        )
+    return open_chain(ctx, read_only=True).detect_dependencies(
+        plan_id=plan,
+        session_id=session,
+        intent_id=intent,
+        action_id=action_id,
+        scope=scope,
+        at_ms=None if at is None else parse_time(at),
+        window_ms=window_ms,
+        limit=limit,
+    )
 
 
 @click.command("validate-chain")
@@ -98,10 +92,7 @@ def suggest_causes(
 @click.pass_context
 def validate_chain(ctx: click.Context, action_id: str) -> None:
     """Does every cause up ACTION_ID's chain exist and precede its effect? Exit 1 if not."""
-    from ..dependencies import validate_causal_chain
-
-    with _reading(ctx) as conn:
-        result = validate_causal_chain(conn, action_id)
+    result = open_chain(ctx, read_only=True).validate_causal_chain(action_id)
     emit(result)
     if not result["ok"]:
         click.echo(f"FAIL: {len(result['problems'])} problem(s) in the cause chain", err=True)
@@ -202,10 +193,7 @@ def tail(
 @click.pass_context
 def metrics(ctx: click.Context, by: str, as_json: bool) -> None:
     """Count, failures, failure rate, total/p50/p95 duration and total cost per group."""
-    from ..metrics import metrics as compute
-
-    with _reading(ctx) as conn:
-        rows = compute(conn, by)
+    rows = open_chain(ctx, read_only=True).metrics(by)
     emit(rows) if as_json else render(rows, "table")
 
 

@@ -134,7 +134,14 @@ class PgCausalChain(PgLedger, CausalChain):
         return self._rows("actions_of_session", value=session_id)
 
     def actions_for_link(self, link: str, value: str) -> list[Action]:
-        unsupported("actions_for_link")
+        from ..actions import REASONING_LINKS
+
+        if link not in REASONING_LINKS:
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT, f"link must be one of {REASONING_LINKS}"
+            )
+        sql = query("actions_for_link").format(link=link)
+        return [self._decode(row) for row in connection.statement(self.pg, sql, {"value": value})]
 
     def iter_actions(
         self,
@@ -183,24 +190,55 @@ class PgCausalChain(PgLedger, CausalChain):
         if not self._fetch("action_exists", action_id=action_id):
             raise CassetteError(ErrorCode.NOT_FOUND, f"no action {action_id}")
 
-    # -------------------------------------------------------- not (yet) ported
+    # ------------------------------------------------------------- reasoning
+    # The logic is reasoning.py's and dependencies.py's; the reads are named queries.
+
+    def _reads(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """A ``reasoning.Fetch``: the scope's column of a per-scope read is spliced in from
+        ``dependencies.SCOPES`` (``candidates_plan`` -> ``candidates`` on plan_id)."""
+        from ..dependencies import SCOPES
+
+        base, _, scope = name.rpartition("_")
+        if base in ("candidates", "scope_row") and scope in SCOPES:
+            sql = query(base).format(column=SCOPES[scope])
+        else:
+            sql = query(name)
+        return connection.statement(self.pg, sql, params)
 
     def build_causal_chain(self, action_id: str, max_depth: int | None = None) -> dict[str, Any]:
-        unsupported("build_causal_chain")
+        from ..reasoning import causal_chain_of
+
+        return causal_chain_of(self._reads, action_id, max_depth)
 
     def reconstruct_reasoning(self, action_id: str) -> dict[str, Any]:
-        unsupported("reconstruct_reasoning")
+        from ..reasoning import reasoning_of
+
+        return reasoning_of(self._reads, action_id)
 
     def causality_stats(
         self, plan_id: str | None = None, session_id: str | None = None
     ) -> dict[str, Any]:
-        unsupported("causality_stats")
+        """The three aggregates in one snapshot, as SQLite's read transaction."""
+        from ..reasoning import stats_of
 
-    def detect_dependencies(self, **query: Any) -> list[dict[str, Any]]:
-        unsupported("detect_dependencies")
+        params = {"plan": plan_id, "session": session_id}
+        with connection.transaction(self.pg) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            totals = conn.execute(query("causality_totals"), params).fetchone()
+            categories = conn.execute(query("causality_categories"), params).fetchall()
+            lengths = conn.execute(query("causality_lengths"), params).fetchone()
+        assert totals is not None and lengths is not None
+        return stats_of(plan_id, session_id, tuple(totals), categories, tuple(lengths))
+
+    def detect_dependencies(self, **options: Any) -> list[dict[str, Any]]:
+        from ..dependencies import dependencies_of
+
+        return dependencies_of(self._reads, now_ms=self.now_ms(), **options)
 
     def validate_causal_chain(self, action_id: str) -> dict[str, Any]:
-        unsupported("validate_causal_chain")
+        from ..dependencies import validate_causal_chain_of
+
+        return validate_causal_chain_of(self._reads, action_id)
 
     def metrics(self, by: str) -> list[dict[str, Any]]:
         from ..metrics import grouping, metric_rows
@@ -217,7 +255,9 @@ class PgCausalChain(PgLedger, CausalChain):
         return follow_reader(journal_reader(self.pg), since_seq, **options)
 
     def downstream(self, action_id: str) -> list[Action]:
-        unsupported("downstream")
+        from ..reasoning import downstream_of
+
+        return [self.get_action(a) for a in downstream_of(self._reads, action_id)]
 
     # ----------------------------------------------------------- plan lifecycle
 

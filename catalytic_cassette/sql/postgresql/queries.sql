@@ -213,3 +213,120 @@ SELECT k, count(*), sum(CASE WHEN success = 0 THEN 1 ELSE 0 END), sum(duration_m
                count(*) OVER (PARTITION BY {column}) AS n
           FROM cassette_actions WHERE {where}) ranked
  GROUP BY k ORDER BY k IS NOT NULL, k COLLATE "C";
+
+-- ------------------------------------------------------------------ reasoning
+-- The reads of reasoning.py and dependencies.py, under the names of their SQLite
+-- statements (reasoning.SQLITE_READS, dependencies.SQLITE_READS); the logic is theirs.
+
+-- name: reasoning_action
+SELECT action_id, caused_by, category, rationale, action_type, function_name, success,
+       parent_action_id, "timestamp"
+  FROM cassette_actions WHERE action_id = %(id)s;
+
+-- name: reasoning_summary_of
+SELECT action_type, function_name, rationale, success
+  FROM cassette_actions WHERE action_id = %(id)s;
+
+-- name: reasoning_up
+-- From the action up its caused_by links; hops counts from the action (0) upwards.
+WITH RECURSIVE up(action_id, caused_by, hops) AS (
+    SELECT action_id, caused_by, 0 FROM cassette_actions WHERE action_id = %(id)s
+    UNION ALL
+    SELECT a.action_id, a.caused_by, up.hops + 1
+      FROM up JOIN cassette_actions a ON a.action_id = up.caused_by
+     WHERE %(limit)s::bigint < 0 OR up.hops < %(limit)s::bigint
+)
+SELECT up.hops, a.action_id, a.caused_by, a.category, a."timestamp", a.function_name,
+       a.action_type, a.rationale, a.success
+  FROM up JOIN cassette_actions a ON a.action_id = up.action_id
+ ORDER BY up.hops DESC;
+
+-- name: reasoning_down
+WITH RECURSIVE down(action_id) AS (
+    SELECT action_id FROM cassette_actions WHERE caused_by = %(id)s
+    UNION
+    SELECT a.action_id FROM down JOIN cassette_actions a ON a.caused_by = down.action_id
+)
+SELECT a.action_id FROM cassette_actions a
+ WHERE a.action_id IN (SELECT action_id FROM down) ORDER BY a.action_seq;
+
+-- name: causality_totals
+-- As SQLite's sums of booleans: a count per condition (reasoning.stats_of reads 0 and
+-- SQLite's NULL sum of no rows alike).
+SELECT count(*),
+       count(*) FILTER (WHERE caused_by IS NOT NULL OR rationale IS NOT NULL
+                              OR category IS NOT NULL),
+       count(*) FILTER (WHERE caused_by IS NOT NULL),
+       count(*) FILTER (WHERE caused_by IS NOT NULL AND rationale IS NULL),
+       count(*) FILTER (WHERE caused_by IS NULL AND EXISTS (
+           SELECT 1 FROM cassette_actions e WHERE e.caused_by = a.action_id)),
+       count(*) FILTER (WHERE caused_by IS NULL AND (caused_by IS NOT NULL
+                              OR rationale IS NOT NULL OR category IS NOT NULL))
+  FROM cassette_actions a
+ WHERE (%(plan)s::text IS NULL OR a.plan_id = %(plan)s)
+   AND (%(session)s::text IS NULL OR a.session_id = %(session)s);
+
+-- name: causality_categories
+SELECT category, count(*) FROM cassette_actions a
+ WHERE (%(plan)s::text IS NULL OR a.plan_id = %(plan)s)
+   AND (%(session)s::text IS NULL OR a.session_id = %(session)s)
+   AND category IS NOT NULL
+ GROUP BY category;
+
+-- name: causality_lengths
+-- Top-down from every root cause. SQLite's avg is a double (sum / count); sum and max
+-- stay integers.
+WITH RECURSIVE depth(action_id, length) AS (
+    SELECT r.action_id, 0 FROM cassette_actions r
+     WHERE r.caused_by IS NULL
+       AND EXISTS (SELECT 1 FROM cassette_actions e WHERE e.caused_by = r.action_id)
+    UNION ALL
+    SELECT c.action_id, depth.length + 1
+      FROM depth JOIN cassette_actions c ON c.caused_by = depth.action_id
+)
+SELECT sum(depth.length)::float8 / count(*), max(depth.length), sum(depth.length)::bigint
+  FROM depth JOIN cassette_actions a ON a.action_id = depth.action_id
+ WHERE depth.length > 0
+   AND (%(plan)s::text IS NULL OR a.plan_id = %(plan)s)
+   AND (%(session)s::text IS NULL OR a.session_id = %(session)s);
+
+-- name: dependencies_cap
+SELECT coalesce(max(action_seq), 0) FROM cassette_actions;
+
+-- name: dependencies_up
+WITH RECURSIVE up(action_id, hops) AS (
+    SELECT %(id)s::text, 0
+    UNION ALL
+    SELECT a.caused_by, up.hops + 1
+      FROM up JOIN cassette_actions a ON a.action_id = up.action_id
+     WHERE a.caused_by IS NOT NULL AND up.hops < %(cap)s::bigint
+)
+SELECT up.hops, up.action_id, a.caused_by, a."timestamp"
+  FROM up LEFT JOIN cassette_actions a ON a.action_id = up.action_id
+ ORDER BY up.hops;
+
+-- name: candidates
+-- ({column} comes from dependencies.SCOPES, never from a caller.)
+SELECT action_id, action_type, function_name, rationale, success, "timestamp"
+  FROM cassette_actions
+ WHERE {column} = %(value)s AND action_seq < %(before_seq)s
+   AND "timestamp" BETWEEN %(since)s AND %(at)s
+ ORDER BY action_seq DESC LIMIT %(limit)s;
+
+-- name: scope_row
+-- ({column} comes from dependencies.SCOPES, never from a caller.)
+SELECT {column}, "timestamp", action_seq FROM cassette_actions WHERE action_id = %(id)s;
+
+-- name: actions_for_link
+-- ({link} comes from actions.REASONING_LINKS, never from a caller.) As SQLite's
+-- json_extract = ?: a JSON string equal to the value; a number, boolean or null never
+-- equals a text value there. (SQLite would also match an object or array by its minified
+-- text; PostgreSQL does not print JSON minified, so such a link is not matched here.)
+SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, action_type,
+       function_name, arguments_json, arguments_artifact, result_json, result_artifact, success,
+       error_message, cost_micros, duration_ms, "timestamp", metadata_json, caused_by, rationale,
+       category
+  FROM cassette_actions
+ WHERE json_typeof(metadata_json::json -> '{link}') = 'string'
+   AND metadata_json::json ->> '{link}' = %(value)s
+ ORDER BY action_seq;
