@@ -46,22 +46,22 @@ def _refuse_existing(path: Path) -> None:
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {path.parent}")
 
 
-def _copy(source: sqlite3.Connection, dest: Path) -> None:
+def snapshot_into(source: sqlite3.Connection, path: Path) -> None:
     """SQLite's online backup in one step (one read snapshot; writers keep going in WAL),
-    into a file that is complete on its own (rollback journal, not WAL)."""
-
-    def fill(partial: Path) -> None:
+    into the new file ``path``, complete on its own (rollback journal, not WAL)."""
+    try:
+        target = sqlite3.connect(path, isolation_level=None)
         try:
-            target = sqlite3.connect(partial, isolation_level=None)
-            try:
-                source.backup(target)
-                target.execute("PRAGMA journal_mode = DELETE").fetchall()
-            finally:
-                target.close()
-        except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            source.backup(target)
+            target.execute("PRAGMA journal_mode = DELETE").fetchall()
+        finally:
+            target.close()
+    except sqlite3.Error as exc:
+        raise translate(exc) from exc
 
-    _export(fill, dest)
+
+def _copy(source: sqlite3.Connection, dest: Path) -> None:
+    _export(lambda partial: snapshot_into(source, partial), dest)
 
 
 def _export(fill: Callable[[Path], None], dest: Path) -> None:
@@ -167,14 +167,11 @@ def backup(
 def _require_empty_database(url: str) -> None:
     """A restore never overwrites: a PostgreSQL destination holds no journal entry yet
     (a database without a ledger is migrated by the copy)."""
-    from .connection import DEFAULT_BUSY_TIMEOUT_MS
     from .postgresql import connection
     from .postgresql.anchors import journal_size
 
     try:
-        conn = connection.connect(
-            url, durability="full", busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, read_only=True
-        )
+        conn = connection.connect_reader(url)
     except CassetteError as error:
         if error.code is ErrorCode.NOT_A_CASSETTE and "no ledger" in error.message:
             return

@@ -114,17 +114,9 @@ class LedgerFile:
     def export_snapshot(self, path: Path) -> None:
         """Write one snapshot of the ledger into the new file ``path``, complete on its
         own (SQLite's online backup; writers keep going)."""
-        from .errors import translate
+        from .backup import snapshot_into
 
-        try:
-            target = sqlite3.connect(path, isolation_level=None)
-            try:
-                self.conn.backup(target)
-                target.execute("PRAGMA journal_mode = DELETE").fetchall()
-            finally:
-                target.close()
-        except sqlite3.Error as exc:
-            raise translate(exc) from exc
+        snapshot_into(self.conn, path)
 
     def write(self) -> write_transaction:
         """One write transaction; once it commits, the automatic seal (if any) runs."""

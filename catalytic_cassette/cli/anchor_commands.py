@@ -45,13 +45,10 @@ def _proving(ctx: click.Context) -> Iterator[ProofSource]:
     settings = ctx.find_object(Settings)
     assert settings is not None
     if is_postgres_url(settings.db):
-        from ..connection import DEFAULT_BUSY_TIMEOUT_MS
         from ..postgresql import connection
         from ..postgresql.anchors import PgProofSource
 
-        pg = connection.connect(
-            settings.db, durability="full", busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, read_only=True
-        )
+        pg = connection.connect_reader(settings.db)
         try:
             yield PgProofSource(pg)
         finally:

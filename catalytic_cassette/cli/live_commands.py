@@ -107,13 +107,10 @@ def _journal(ctx: click.Context) -> Iterator[JournalReader]:
     settings = ctx.find_object(Settings)
     assert settings is not None
     if is_postgres_url(settings.db):
-        from ..connection import DEFAULT_BUSY_TIMEOUT_MS
         from ..postgresql import connection
         from ..postgresql.anchors import journal_reader
 
-        pg = connection.connect(
-            settings.db, durability="full", busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, read_only=True
-        )
+        pg = connection.connect_reader(settings.db)
         try:
             yield journal_reader(pg)
         finally:

@@ -26,11 +26,16 @@ if TYPE_CHECKING:
 _BATCH = 4096
 
 
-def ledger_origin(conn: psycopg.Connection[Any]) -> str:
+def ledger_id(conn: psycopg.Connection[Any]) -> str:
+    """What the ledger calls itself (cassette_meta), as ``worker_keys.ledger_id`` on SQLite."""
     row = conn.execute("SELECT value FROM cassette_meta WHERE key = 'ledger_id'").fetchone()
     if row is None:
         raise CassetteError(ErrorCode.NOT_A_CASSETTE, "the ledger has no ledger_id")
-    return ORIGIN_PREFIX + str(row[0])
+    return str(row[0])
+
+
+def ledger_origin(conn: psycopg.Connection[Any]) -> str:
+    return ORIGIN_PREFIX + ledger_id(conn)
 
 
 def journal_size(conn: psycopg.Connection[Any]) -> int:

@@ -23,12 +23,11 @@ from ..cassette import (
     _prepare_complete,
     _ttl_ms,
 )
-from ..clock import Clock, SystemClock
-from ..connection import DEFAULT_BUSY_TIMEOUT_MS, resolve_durability
+from ..clock import Clock
+from ..connection import DEFAULT_BUSY_TIMEOUT_MS
 from ..errors import CassetteError, ErrorCode
 from ..lease_limits import DEFAULT_TTL_SECONDS
-from ..ledger import default_db_path
-from . import connection, sqlfiles
+from . import connection
 from .ledger import PgLedger, unsupported
 from .sqlfiles import query
 
@@ -54,30 +53,17 @@ class PgMessageCassette(PgLedger, MessageCassette):
         worker_key: WorkerKey | None = None,
         read_only: bool = False,
     ) -> None:
-        if clock is not None and not isinstance(clock, SystemClock):
-            raise CassetteError(
-                ErrorCode.INVALID_ARGUMENT,
-                "a PostgreSQL ledger keeps the server's time; it takes no clock",
-            )
         if worker_key is not None:
             unsupported("signing with a worker key")
-        if auto_seal is not None:
-            unsupported("automatic sealing")
         self.worker_key = None
-        self.auto_seal = None
-        self.clock = SystemClock()
-        self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
-        every = len(sqlfiles.migrations())
-        self.created = not read_only and len(connection.pending_versions(self.db_path)) == every
-        self.pg: psycopg.Connection[Any] = connection.connect(
-            self.db_path,
-            durability=resolve_durability(durability),
+        self._open_ledger(
+            db_path,
+            clock=clock,
+            durability=durability,
             busy_timeout_ms=busy_timeout_ms,
+            auto_seal=auto_seal,
             read_only=read_only,
         )
-        self.schema_version = every
-
-    # --------------------------------------------------------------- the ledger
 
     # -------------------------------------------------------------------- posts
 

@@ -28,10 +28,9 @@ from ..chain import (
     _stored,
     _suggest_scope,
 )
-from ..clock import Clock, SystemClock
-from ..connection import DEFAULT_BUSY_TIMEOUT_MS, resolve_durability
+from ..clock import Clock
+from ..connection import DEFAULT_BUSY_TIMEOUT_MS
 from ..errors import CassetteError, ErrorCode
-from ..ledger import default_db_path
 from . import connection
 from .ledger import PgLedger, unsupported
 from .sqlfiles import query
@@ -60,31 +59,21 @@ class PgCausalChain(PgLedger, CausalChain):
         auto_seal: AutoSeal | None = None,
         read_only: bool = False,
     ) -> None:
-        if clock is not None and not isinstance(clock, SystemClock):
-            raise CassetteError(
-                ErrorCode.INVALID_ARGUMENT,
-                "a PostgreSQL ledger keeps the server's time; it takes no clock",
-            )
         if signing_key is not None:
             unsupported("signing actions")
         if artifact_dir is not None:
             unsupported("artifact files")
-        if auto_seal is not None:
-            unsupported("automatic sealing")
         self._signing_key = None
-        self.auto_seal = None
-        self.clock = SystemClock()
         self.artifact_threshold = artifact_threshold
         self._sessions: dict[str, SessionWorkingSet] = {}
-        self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
-        self.pg: psycopg.Connection[Any] = connection.connect(
-            self.db_path,
-            durability=resolve_durability(durability),
+        self._open_ledger(
+            db_path,
+            clock=clock,
+            durability=durability,
             busy_timeout_ms=busy_timeout_ms,
+            auto_seal=auto_seal,
             read_only=read_only,
         )
-
-    # --------------------------------------------------------------- the ledger
 
     # ------------------------------------------------------------------ appends
 

@@ -84,7 +84,17 @@ def connect(
 ) -> psycopg.Connection[Any]:
     """An autocommit connection (every write opens its own transaction), migrated to the
     package's schema unless ``read_only``."""
+    return open_ledger(
+        url, durability=durability, busy_timeout_ms=busy_timeout_ms, read_only=read_only
+    )[0]
+
+
+def open_ledger(
+    url: str, *, durability: str, busy_timeout_ms: int, read_only: bool = False
+) -> tuple[psycopg.Connection[Any], bool]:
+    """``connect``, and whether this open made the ledger (the database held none)."""
     conn = _open(url)
+    created = False
     try:
         _check_server(conn)
         conn.execute(
@@ -97,6 +107,7 @@ def connect(
             _require_current(conn)
             conn.execute("SET default_transaction_read_only = on")
         else:
+            created = applied_version(conn) is None
             migrate(conn)
     except psycopg.Error as exc:
         conn.close()
@@ -104,7 +115,7 @@ def connect(
     except BaseException:
         conn.close()
         raise
-    return conn
+    return conn, created
 
 
 def _check_server(conn: psycopg.Connection[Any]) -> None:
@@ -209,6 +220,14 @@ def statement(
         return conn.execute(sql, params).fetchall()
     except psycopg.Error as exc:
         raise translate(exc) from exc
+
+
+def connect_reader(url: str) -> psycopg.Connection[Any]:
+    """A read-only connection to an existing, current ledger (never migrated or written:
+    NOT_A_CASSETTE, SCHEMA_OUTDATED otherwise), with the package's default busy timeout."""
+    from ..connection import DEFAULT_BUSY_TIMEOUT_MS
+
+    return connect(url, durability="full", busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, read_only=True)
 
 
 @contextmanager

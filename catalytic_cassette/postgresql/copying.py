@@ -15,22 +15,14 @@ from ..copying import Entry
 from ..copying_sqlite import _statement
 from ..errors import CassetteError, ErrorCode
 from . import connection
+from .anchors import ledger_id
 
 _BATCH = 4096
 
 
-def _ledger_id(conn: Any) -> str:
-    row = conn.execute("SELECT value FROM cassette_meta WHERE key = 'ledger_id'").fetchone()
-    if row is None:
-        raise CassetteError(ErrorCode.NOT_A_CASSETTE, "the ledger has no ledger_id")
-    return str(row[0])
-
-
 class PgSource:
     def __init__(self, url: str) -> None:
-        self.conn = connection.connect(
-            url, durability="full", busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, read_only=True
-        )
+        self.conn = connection.connect_reader(url)
         self._snapshot = self.conn.transaction()
         self._snapshot.__enter__()
         self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -39,7 +31,7 @@ class PgSource:
         return {row[0] for row in self.conn.execute("SELECT DISTINCT tbl FROM cassette_journal")}
 
     def ledger_id(self) -> str:
-        return _ledger_id(self.conn)
+        return ledger_id(self.conn)
 
     def entries(self, start: int) -> Iterator[Entry]:
         with self.conn.cursor(name="cassette_copy") as cursor:
@@ -88,7 +80,7 @@ class PgDestination:
         return connection.transaction(self.conn)
 
     def adopt_ledger_id(self, wanted: str) -> None:
-        if _ledger_id(self.conn) == wanted:
+        if ledger_id(self.conn) == wanted:
             return
         if self.size() > 0:
             raise CassetteError(

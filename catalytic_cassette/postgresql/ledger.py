@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import CassetteError, ErrorCode
-from . import connection
+from . import connection, sqlfiles
 from .sqlfiles import query
 
 if TYPE_CHECKING:
@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     import psycopg
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from ..clock import Clock
     from ..connection import write_transaction
-    from ..seals import Seal
+    from ..seals import AutoSeal, Seal
 
 
 def unsupported(what: str) -> NoReturn:
@@ -34,6 +35,45 @@ class PgLedger:
 
     db_path: str
     pg: psycopg.Connection[Any]
+    auto_seal: AutoSeal | None
+    clock: Clock
+    created: bool
+    schema_version: int
+
+    def _open_ledger(
+        self,
+        db_path: str | os.PathLike[str] | None,
+        *,
+        clock: Clock | None,
+        durability: str | None,
+        busy_timeout_ms: int,
+        auto_seal: AutoSeal | None,
+        read_only: bool,
+    ) -> None:
+        """What every PostgreSQL entry point's ``__init__`` does: refuse what the backend
+        does not take (a client's clock: time is the server's; automatic seals), connect
+        and migrate, and note whether this open made the ledger (``cassette init``)."""
+        from ..clock import SystemClock
+        from ..connection import resolve_durability
+        from ..ledger import default_db_path
+
+        if clock is not None and not isinstance(clock, SystemClock):
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                "a PostgreSQL ledger keeps the server's time; it takes no clock",
+            )
+        if auto_seal is not None:
+            unsupported("automatic sealing")
+        self.auto_seal = None
+        self.clock = SystemClock()
+        self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
+        self.pg, self.created = connection.open_ledger(
+            self.db_path,
+            durability=resolve_durability(durability),
+            busy_timeout_ms=busy_timeout_ms,
+            read_only=read_only,
+        )
+        self.schema_version = len(sqlfiles.migrations())
 
     def _fetch(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
         """One named query, one statement: its own transaction (autocommit)."""
