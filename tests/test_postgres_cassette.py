@@ -6,6 +6,7 @@ the database owner and as the worker role, and the journal's bytes, are PostgreS
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -264,3 +265,17 @@ def test_text_postgres_cannot_hold_is_invalid_argument_and_writes_nothing(
 def test_a_url_that_cannot_be_opened_is_cannot_open_and_hides_its_password(url: str) -> None:
     error = refused(ErrorCode.CANNOT_OPEN, MessageCassette, url)
     assert "hunter2secret" not in str(error)
+
+
+def test_an_abort_at_max_attempts_journals_the_same_receipt(either: Ledger, opened: Any) -> None:
+    """The ABORTED receipt the ledger writes itself (requeue with max_attempts) is the
+    package's canonical JSON on both backends (found by the differential test)."""
+    from catalytic_cassette import payloads
+
+    opened.post_message({"a": 1}, "run", "USER")
+    opened.claim_step("run", "w", ttl_seconds=5)
+    either.advance(5_000)
+    assert opened.requeue("run", max_attempts=1)[0]["action"] == "aborted"
+    bodies = [json.loads(body) for _, body, _, _ in either.journal()]
+    (receipt,) = [b["row"] for b in bodies if b["table"] == "cassette_receipts"]
+    assert receipt["receipt_json"] == payloads.dumps({"reason": "max_attempts", "attempts": 1})

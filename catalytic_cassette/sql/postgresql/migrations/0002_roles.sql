@@ -176,7 +176,8 @@ BEGIN
             INSERT INTO cassette_receipts (step_id, job_id, run_id, worker_id, fencing_token,
                                            outcome, receipt_json)
             VALUES (one.step_id, one.job_id, p_run_id, one.lease_owner, one.fencing_token, 'ABORTED',
-                    '{"reason":"max_attempts","attempts":' || one.fencing_token || '}');
+                    -- the receipt SQLite's package writes: payloads.dumps, keys sorted
+                    '{"attempts":' || one.fencing_token || ',"reason":"max_attempts"}');
             step_id := one.step_id; action := 'aborted'; fencing_token := one.fencing_token;
         ELSE
             UPDATE cassette_steps s SET status = 'PENDING', lease_owner = NULL, lease_expires_at = NULL
