@@ -2,8 +2,9 @@
 
 A clean ledger verifies; then the database owner (the cluster's superuser here) switches
 the triggers off and tampers, the way LAW.md's threat model says an owner can, and each
-attack is reported with its kind. The catalog snapshot (catalog.json) is checked against
-what the migrations make on a fresh database, so it never drifts:
+attack is reported with its kind. The catalog snapshot of the server's major version
+(catalog-<major>.json) is checked against what the migrations make on a fresh database,
+so it never drifts:
 
     CASSETTE_REGENERATE_CATALOG=1 python -m pytest tests/test_postgres_verify.py -k catalog
 
@@ -128,31 +129,48 @@ def rehash_from(conn: Any, start: int) -> None:
 
 
 def test_catalog_snapshot_is_what_the_migrations_make(pg_database: str) -> None:
-    """catalog.json describes a freshly migrated database exactly; with
-    CASSETTE_REGENERATE_CATALOG=1 it is rewritten instead (after a migration changes)."""
+    """The snapshot of this server's major describes a freshly migrated database exactly;
+    with CASSETTE_REGENERATE_CATALOG=1 it is rewritten instead (after a migration
+    changes), or made, on a server of a major that has none yet."""
     MessageCassette(pg_database).close()
     with psycopg.connect(pg_database) as conn:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         conn.execute(sqlfiles.query("verify_settings"))
         described = catalog.describe(conn)
+        path = catalog.snapshot_path(catalog.server_major(conn))
     text = catalog.render(len(sqlfiles.migrations()), described)
     if os.environ.get(REGENERATE) == "1":
-        catalog.SNAPSHOT.write_text(text, "utf-8")
+        path.write_text(text, "utf-8")
         catalog.reference.cache_clear()
-    assert catalog.SNAPSHOT.read_text("utf-8") == text, (
-        f"catalog.json is stale: run {REGENERATE}=1 python -m pytest {__file__} -k catalog"
+    assert path.is_file() and path.read_text("utf-8") == text, (
+        f"{path.name} is stale: run {REGENERATE}=1 python -m pytest {__file__} -k catalog"
     )
 
 
-def test_the_journaled_tables_have_the_columns_verify_reads() -> None:
-    """Every journaled table of the snapshot has the columns of its journal body, in
+def test_every_shipped_snapshot_describes_the_latest_schema() -> None:
+    """A snapshot per major version, each of the migrations this package ships (one left
+    behind when a migration was added would refuse to verify on its major)."""
+    majors = catalog.shipped_majors()
+    assert 15 in majors  # (the CI's server)
+    for major in majors:
+        loaded = catalog.reference(major)
+        assert loaded is not None and loaded["version"] == len(sqlfiles.migrations()), major
+    assert catalog.reference(max(majors) + 1) is None
+
+
+@pytest.mark.parametrize("major", sorted(set(catalog.shipped_majors())))
+def test_the_journaled_tables_have_the_columns_verify_reads(major: int) -> None:
+    """Every journaled table of each snapshot has the columns of its journal body, in
     order (verify copies them by name), and nothing else."""
-    objects = catalog.reference()["objects"]
+    loaded = catalog.reference(major)
+    assert loaded is not None
+    objects = loaded["objects"]
     present = [name for name in TABLES if f"relation {name}" in objects]
     assert present  # (the message cassette's tables at least)
     for name in present:
         columns = [c[0] for c in objects[f"relation {name}"]["columns"]]
         assert tuple(columns) == TABLES[name].columns, name
+        assert list(catalog.column_types(major)[name]) == columns
 
 
 # ------------------------------------------------------------------------ clean ledgers
@@ -404,6 +422,67 @@ def test_the_structure(busy: str, attack: str, kind: str) -> None:
                 conn.execute("ALTER ROLE cassette_worker RESET search_path")
     assert kind in errors(report), report.findings
     assert all(f.kind.value.startswith(("schema", "trigger")) for f in report.errors)
+
+
+# ----------------------------------------------- a server major without a snapshot
+
+
+@pytest.fixture
+def unknown_major(monkeypatch: pytest.MonkeyPatch) -> int:
+    """The server reports a major this package shipped no snapshot for (PostgreSQL 15 is
+    what is installed; the version verify reads is faked)."""
+    major = max(catalog.shipped_majors()) + 1
+    monkeypatch.setattr(catalog, "server_major", lambda conn: major)
+    return major
+
+
+def test_a_major_without_a_snapshot_cannot_have_its_catalog_verified(
+    busy: str, unknown_major: int
+) -> None:
+    """Not a false `schema_changed`: one UNVERIFIABLE finding that names the major, and
+    the chain, state and consistency checks still run."""
+    report = verify(busy)
+    assert report.ok and report.unverifiable
+    (finding,) = report.findings
+    assert finding.kind is FindingKind.SCHEMA_UNCHECKED
+    assert finding.severity.value == "unverifiable"
+    assert f"PostgreSQL {unknown_major}" in finding.detail
+    assert report.journal_rows > 20
+
+
+def test_a_major_without_a_snapshot_still_finds_tampered_rows(
+    owner: Any, busy: str, unknown_major: int
+) -> None:
+    owner.execute("UPDATE cassette_jobs SET intent = 'forged' WHERE job_id = 1")
+    owner.execute("UPDATE cassette_journal SET body = body || ' ' WHERE seq = 3")
+    report = verify(busy)
+    assert {"state_mismatch", "leaf_hash"} <= errors(report)
+    assert FindingKind.SCHEMA_UNCHECKED in {f.kind for f in report.findings}
+
+
+def test_a_major_without_a_snapshot_does_not_compare_a_structure_it_cannot_read(
+    busy: str, unknown_major: int
+) -> None:
+    """A changed function would be `schema_changed` on the snapshot's major; on another
+    the catalog is not compared at all, and the report says it cannot verify."""
+    with psycopg.connect(busy, autocommit=True) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION cassette_name_ok(value text) RETURNS boolean"
+            " LANGUAGE sql IMMUTABLE AS $$ SELECT true $$"
+        )
+    report = verify(busy)
+    assert report.unverifiable and not errors(report)
+
+
+def test_the_cli_exits_3_on_a_major_without_a_snapshot(busy: str, unknown_major: int) -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--db", busy, "verify"])
+    assert result.exit_code == 3, result.output
+    assert "unverifiable: schema_unchecked" in result.stdout
+    assert "CANNOT VERIFY" in result.stderr
+    answer = json.loads(runner.invoke(cli, ["--db", busy, "verify", "--json"]).stdout)
+    assert answer["ok"] is True
+    assert [f["kind"] for f in answer["findings"]] == ["schema_unchecked"]
 
 
 def test_the_database_replica_setting_is_reported(busy: str) -> None:

@@ -465,7 +465,9 @@ def verify(
         click.echo(f"FAIL: {len(report.errors)} issue(s) found", err=True)
         ctx.exit(1)
     if report.unverifiable:
-        click.echo("CANNOT VERIFY: an anchor could not be checked (see findings)", err=True)
+        click.echo(
+            "CANNOT VERIFY: something asked for could not be checked (see findings)", err=True
+        )
         ctx.exit(EXIT_CANNOT_VERIFY)
     click.echo(f"PASS: All invariants verified ({report.journal_rows} journal entries)", err=True)
 

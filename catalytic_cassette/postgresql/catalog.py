@@ -8,18 +8,24 @@ every grant (the owner written ``<owner>``), types and operators, event triggers
 settings attached to the database or to the cassette_* roles, and those roles' powers.
 Nothing in it depends on the cluster (no oid, no owner's name).
 
-``catalog.json`` (beside the migrations) is the description of a database migrated by
-this package, made on a fresh database and shipped; ``compare`` reports every object
-missing, extra or changed. Regenerate the file after adding or changing a migration::
+``catalog-<major>.json`` (beside the migrations) is the description of a database
+migrated by this package, made on a fresh database of that PostgreSQL major version and
+shipped; ``compare`` reports every object missing, extra or changed. One snapshot per
+major, because the server prints the definitions it describes (``pg_get_indexdef``,
+``pg_get_triggerdef``, ``pg_get_constraintdef``, ...) in its own words, which a new
+major may change: a snapshot of another major would report false tampering, so verify
+compares only with the server's own (``for_server``) and says when there is none.
+Regenerate (or add, run against a server of another major) after changing a migration::
 
     CASSETTE_REGENERATE_CATALOG=1 python -m pytest tests/test_postgres_verify.py -k catalog
 
-(the test fails whenever the shipped file is not what the migrations make).
+(the test fails whenever the server's shipped file is not what the migrations make).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +36,8 @@ from .sqlfiles import query
 if TYPE_CHECKING:
     import psycopg
 
-SNAPSHOT = Path(__file__).resolve().parent.parent / "sql" / "postgresql" / "catalog.json"
+SNAPSHOTS = Path(__file__).resolve().parent.parent / "sql" / "postgresql"
+_SNAPSHOT_NAME = re.compile(r"catalog-([1-9][0-9]*)\.json")
 
 # A trigger in one of these states does not fire for ordinary sessions: 'D' disabled,
 # 'R' only in replica sessions (ALTER TABLE ... DISABLE / ENABLE REPLICA TRIGGER).
@@ -117,11 +124,45 @@ def describe(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     return dict(sorted(objects.items()))
 
 
+def server_major(conn: psycopg.Connection[Any]) -> int:
+    """The server's major version (15 for 15.x): the server reports it when the
+    connection starts (server_version_num), and no session can change it."""
+    return int(conn.info.server_version) // 10000
+
+
+def snapshot_path(major: int) -> Path:
+    """Where the description made on PostgreSQL ``major`` is shipped."""
+    return SNAPSHOTS / f"catalog-{major}.json"
+
+
+def shipped_majors() -> list[int]:
+    """The PostgreSQL majors with a shipped snapshot, lowest first."""
+    found = (_SNAPSHOT_NAME.fullmatch(p.name) for p in SNAPSHOTS.iterdir())
+    return sorted(int(m.group(1)) for m in found if m is not None)
+
+
 @cache
-def reference() -> dict[str, Any]:
-    """The shipped description (catalog.json): {"version": N, "objects": {...}}."""
-    loaded: dict[str, Any] = json.loads(SNAPSHOT.read_text("utf-8"))
+def reference(major: int) -> dict[str, Any] | None:
+    """The description shipped for PostgreSQL ``major`` ({"version": N, "objects":
+    {...}}), None when none was made on that major."""
+    path = snapshot_path(major)
+    if not path.is_file():
+        return None
+    loaded: dict[str, Any] = json.loads(path.read_text("utf-8"))
     return loaded
+
+
+def column_types(major: int) -> dict[str, dict[str, str]]:
+    """Each ledger table's columns and their types (``format_type``), as the migrations
+    make them: the server's snapshot, or the newest shipped one on a major without its
+    own (type names, unlike definitions, are printed alike by every major)."""
+    chosen = reference(major) or reference(shipped_majors()[-1])
+    assert chosen is not None
+    return {
+        key.removeprefix("relation "): {str(c[0]): str(c[1]) for c in value["columns"]}
+        for key, value in chosen["objects"].items()
+        if key.startswith("relation ")
+    }
 
 
 def render(version: int, objects: dict[str, Any]) -> str:

@@ -10,10 +10,11 @@ schema is called). No ledger function, view or stored hash is used: every hash i
 computed here.
 
 1. **Structure** (``catalog.py``): the catalog's description of the ledger equals the
-   one the migrations make (``catalog.json``): tables, columns, constraints, indexes,
-   triggers and whether they fire (``trigger_disabled``), functions with their source
-   and SECURITY DEFINER settings, grants, rules, policies, inheritance, event triggers,
-   the settings of the database and of the cassette_* roles.
+   one the migrations make (``catalog-<major>.json``, made on the server's PostgreSQL
+   major; on a major with none, an UNVERIFIABLE ``schema_unchecked``): tables, columns,
+   constraints, indexes, triggers and whether they fire (``trigger_disabled``),
+   functions with their source and SECURITY DEFINER settings, grants, rules, policies,
+   inheritance, event triggers, the settings of the database and of the cassette_* roles.
 2. **Chain** (``verify/chain.py``, the SQLite verifier's own walk): the journal streamed
    in seq order from a server-side cursor, constant memory; every leaf and link hash
    recomputed; the head row (``cassette_head``) agrees with the last entry
@@ -41,7 +42,7 @@ from ..errors import CassetteError, ErrorCode
 from ..hashing import ZERO_HASH
 from ..verify.chain import TreeWalk, walk_entries
 from ..verify.consistency import check_checkpoint_ids, check_consistency, check_dense_ids
-from ..verify.findings import Collector, Finding, FindingKind, VerifyReport
+from ..verify.findings import Collector, Finding, FindingKind, Severity, VerifyReport
 from ..verify.options import Level, VerifyOptions
 from ..verify.schema import check_ledger_id, meta_is_a_cassettes
 from ..verify.seals import UNANCHORED_NOTE, check_recorded_seals, judge_anchors, recorded_seals
@@ -120,10 +121,11 @@ def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyRepo
             )
         for anchor in anchors:
             open_anchor(anchor, options.seal_key, options.origin)
-    intact = _check_structure(conn, out, recorded, shipped)
+    major = catalog.server_major(conn)
+    intact = _check_structure(conn, out, recorded, shipped, major)
     full = options.level is Level.FULL
     with tempfile.TemporaryDirectory(prefix="cassette-verify-") as private:
-        mirror = Mirror(Path(private) / "mirror.db", journal=full or bool(anchors))
+        mirror = Mirror(Path(private) / "mirror.db", journal=full or bool(anchors), major=major)
         try:
             tables = _tables_present(conn) if full and intact else []
             seals: list[tuple[int, int, str, str]] = []
@@ -180,8 +182,12 @@ def _check_structure(
     out: Collector,
     recorded: list[tuple[int, str]],
     shipped: list[tuple[int, str]],
+    major: int,
 ) -> bool:
-    """Check 1: the recorded migrations and the catalog against the package's."""
+    """Check 1: the recorded migrations and the catalog against the package's snapshot
+    for the server's major version. On a major without one the catalog is not compared
+    (its definitions may print differently: any difference could be the server's words,
+    not tampering): an UNVERIFIABLE finding says so (exit 3), and the other checks run."""
     version = max((v for v, _ in recorded), default=0)
     latest = len(shipped)
     if recorded != shipped[: len(recorded)]:
@@ -195,12 +201,25 @@ def _check_structure(
     if version != latest:
         out.add(Finding(FindingKind.SCHEMA_VERSION, f"schema version {version}, expected {latest}"))
         return False
-    reference = catalog.reference()
+    reference = catalog.reference(major)
+    if reference is None:
+        shipped_for = ", ".join(str(m) for m in catalog.shipped_majors())
+        out.add(
+            Finding(
+                FindingKind.SCHEMA_UNCHECKED,
+                f"this package has no catalog snapshot made on PostgreSQL {major} (only on"
+                f" {shipped_for}): tables, triggers, functions, grants and settings were not"
+                " compared with what the migrations make",
+                severity=Severity.UNVERIFIABLE,
+            )
+        )
+        return True
     if reference["version"] != latest:
         raise CassetteError(
             ErrorCode.DATABASE_ERROR,
-            f"the package's catalog.json describes schema {reference['version']}, its"
-            f" migrations make {latest}: regenerate it (postgresql/catalog.py)",
+            f"the package's {catalog.snapshot_path(major).name} describes schema"
+            f" {reference['version']}, its migrations make {latest}: regenerate it"
+            " (postgresql/catalog.py)",
         )
     return catalog.compare(reference["objects"], catalog.describe(conn), out)
 
@@ -303,7 +322,7 @@ class Mirror:
     with the columns of its journal body, for the SQLite verifier's checks. Written by
     this process only, in a directory only it knows; never the ledger."""
 
-    def __init__(self, path: Path, *, journal: bool) -> None:
+    def __init__(self, path: Path, *, journal: bool, major: int) -> None:
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.keep_journal = journal
         self.last_chain = ZERO_HASH
@@ -313,14 +332,14 @@ class Mirror:
         self.conn.execute(
             "CREATE TABLE cassette_journal (seq INTEGER PRIMARY KEY, body, leaf_hash, tbl, row_key)"
         )
-        objects = catalog.reference()["objects"]
+        layout = catalog.column_types(major)
         for name, spec in TABLES.items():
             # Each column with the affinity of its type on the server (bigint: INTEGER,
             # text: TEXT), which keeps every value as read and lets the lookups below use
             # their indexes; a table this ledger lacks stays empty.
             types = {
-                column[0]: _AFFINITY.get(column[1], "")
-                for column in objects.get(f"relation {name}", {}).get("columns", [])
+                column: _AFFINITY.get(server_type, "")
+                for column, server_type in layout.get(name, {}).items()
             }
             columns = ", ".join(
                 f"{c} INTEGER PRIMARY KEY" if c == spec.rowid else f"{c} {types.get(c, '')}"

@@ -36,9 +36,11 @@ class FindingKind(str, Enum):
     CORRUPT = "corrupt"
     INDEX_MISMATCH = "index_mismatch"
     # PostgreSQL only: a ledger trigger that does not fire (ALTER TABLE ... DISABLE
-    # TRIGGER), and a head row that does not agree with the journal's last entry
+    # TRIGGER), a head row that does not agree with the journal's last entry, and a
+    # catalog not compared (no snapshot made on the server's major version)
     TRIGGER_DISABLED = "trigger_disabled"
     JOURNAL_HEAD = "journal_head"
+    SCHEMA_UNCHECKED = "schema_unchecked"
     # the chain
     JOURNAL_GAP = "journal_gap"
     LEAF_HASH = "leaf_hash"
