@@ -331,6 +331,32 @@ def test_the_stored_key_beside_a_body(owner: Any, busy: str) -> None:
     assert [f.seq for f in report.errors] == [1]
 
 
+def test_the_stored_key_of_an_action_is_its_id_unquoted(pg_ledger: str) -> None:
+    """An action's journal entry keeps its action_id beside the body as SQLite does (no
+    JSON quotes): a clean chain verifies, and the id quoted is reported."""
+    from catalytic_cassette import CausalChain
+
+    with CausalChain(pg_ledger) as chain:
+        stored = chain.append_action(
+            {
+                "plan_id": "p",
+                "intent_id": "i",
+                "action_type": "CapabilityCall",
+                "function_name": "f",
+            }
+        )
+    assert verify(pg_ledger).findings == []
+    with psycopg.connect(pg_ledger, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")
+        conn.execute(
+            "UPDATE cassette_journal SET row_key = %s WHERE tbl = 'cassette_actions'",
+            (f'"{stored.action_id}"',),
+        )
+    report = verify(pg_ledger)
+    assert errors(report) == {"journal_columns"}
+    assert [f.key for f in report.errors] == [f'"{stored.action_id}"']
+
+
 def test_a_step_committed_without_its_receipt_and_journaled_consistently(busy: str) -> None:
     """The owner turns off the step guard and the journal's, commits a step by hand: the
     journaling trigger still writes a true entry, so chain and state agree; the
