@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -14,6 +15,7 @@ from .connection import (
     connect,
     connect_reader,
     ledger_now,
+    read_transaction,
     write_transaction,
 )
 from .migrate import current_version
@@ -111,6 +113,22 @@ class LedgerFile:
             before_commit=before_commit,
         )
 
+    def read_snapshot(self) -> AbstractContextManager[Any]:
+        """Several reads in one snapshot: a read transaction (inside a transaction
+        already, that one)."""
+        return read_transaction(self.conn)
+
+    def journal_size(self) -> int:
+        """The number of journal entries (the tree's size)."""
+        from .tree import size
+
+        return size(self.conn)
+
+    def latest_seal(self) -> Seal | None:
+        from .seals import latest_seal
+
+        return latest_seal(self.conn)
+
     def export_snapshot(self, path: Path) -> None:
         """Write one snapshot of the ledger into the new file ``path``, complete on its
         own (SQLite's online backup; writers keep going)."""
@@ -124,12 +142,12 @@ class LedgerFile:
 
     def _sealed(self) -> None:
         if self.auto_seal is not None:
-            self.auto_seal.after_write(self.conn, self.now_ms())
+            self.auto_seal.after_write(self)
 
     def close(self) -> None:
         try:
             if self.auto_seal is not None:
-                self.auto_seal.at_close(self.conn, self.now_ms())
+                self.auto_seal.at_close(self)
         finally:
             self.conn.close()
 

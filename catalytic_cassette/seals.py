@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import safe_files, tree
 from .connection import ledger_time, read_transaction, write_transaction
@@ -289,8 +289,12 @@ def latest_seal(conn: sqlite3.Connection) -> Seal | None:
         "SELECT seal_id, tree_size, root_hex, origin, key_id, note, created_at"
         " FROM cassette_seals ORDER BY seal_id DESC LIMIT 1"
     ).fetchone()
-    if row is None:
-        return None
+    return None if row is None else seal_of_row(tuple(row))
+
+
+def seal_of_row(row: tuple[Any, ...]) -> Seal:
+    """A cassette_seals row (seal_id, tree_size, root_hex, origin, key_id, note,
+    created_at), of either backend."""
     return Seal(
         int(row[0]),
         int(row[1]),
@@ -332,11 +336,30 @@ def _same_seal_or_refuse(seal: Seal, target: Path) -> Path:
     return target
 
 
+class SealedLedger(Protocol):
+    """What an automatic seal needs of an open ledger, on either backend (``LedgerFile``,
+    ``postgresql.ledger.PgLedger``)."""
+
+    def journal_size(self) -> int: ...
+
+    def latest_seal(self) -> Seal | None: ...
+
+    def seal(
+        self,
+        private_key: Ed25519PrivateKey,
+        *,
+        origin: str | None = None,
+        size: int | None = None,
+        before_commit: Callable[[Seal], object] | None = None,
+    ) -> Seal: ...
+
+
 class AutoSeal:
     """Seal every ``every`` journal entries, and on close, into ``directory``.
 
     A seal never seals only the previous seal's own journal entry, so closing right
-    after an automatic seal writes nothing new.
+    after an automatic seal writes nothing new. The ledger calls ``after_write`` once a
+    write committed and ``at_close`` when it is closed.
     """
 
     def __init__(
@@ -362,24 +385,24 @@ class AutoSeal:
         self.origin = origin
         self._sealed: int | None = None  # journal size when the last seal was recorded
 
-    def _last_sealed(self, conn: sqlite3.Connection) -> int:
+    def _last_sealed(self, ledger: SealedLedger) -> int:
         if self._sealed is None:
-            last = latest_seal(conn)
+            last = ledger.latest_seal()
             self._sealed = 0 if last is None else last.tree_size + 1
         return self._sealed
 
-    def after_write(self, conn: sqlite3.Connection, now_ms: int) -> Seal | None:
-        if tree.size(conn) - self._last_sealed(conn) < self.every:
+    def after_write(self, ledger: SealedLedger) -> Seal | None:
+        if ledger.journal_size() - self._last_sealed(ledger) < self.every:
             return None
-        return self.seal(conn, now_ms)
+        return self.seal(ledger)
 
-    def at_close(self, conn: sqlite3.Connection, now_ms: int) -> Seal | None:
-        if tree.size(conn) <= self._last_sealed(conn):
+    def at_close(self, ledger: SealedLedger) -> Seal | None:
+        if ledger.journal_size() <= self._last_sealed(ledger):
             return None
-        return self.seal(conn, now_ms)
+        return self.seal(ledger)
 
-    def seal(self, conn: sqlite3.Connection, now_ms: int) -> Seal:
-        seal = record_seal(conn, self.key, now_ms=now_ms, origin=self.origin)
+    def seal(self, ledger: SealedLedger) -> Seal:
+        seal = ledger.seal(self.key, origin=self.origin)
         self._sealed = seal.tree_size + 1
         write_seal_file(seal, self.directory)
         return seal

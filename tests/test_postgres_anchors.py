@@ -154,3 +154,185 @@ def test_proofs_of_a_postgres_ledger_check_offline(tmp_path: Path, pg_ledger: st
         cli, ["--db", pg_ledger, "prove", "inclusion", "0", "--seal", str(tampered)]
     )
     assert refused.exit_code == 1 and refused.stderr.startswith("error: SEAL_MISMATCH: ")
+
+
+# ---------------------------------------------------------------- automatic seals
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def either(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new ledger: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.db")
+    return str(request.getfixturevalue("pg_database"))
+
+
+def _seal_sizes(directory: Path) -> list[int]:
+    return [int(p.name[-25:-5]) for p in sorted(directory.glob("*.seal"))]
+
+
+def _rows(target: str, query: str) -> list[tuple[Any, ...]]:
+    """A raw read of either backend's ledger, outside the package."""
+    if target.startswith("postgresql"):
+        with psycopg.connect(target) as conn:
+            return [tuple(r) for r in conn.execute(query)]
+    import sqlite3
+
+    conn = sqlite3.connect(target)
+    try:
+        return [tuple(r) for r in conn.execute(query)]
+    finally:
+        conn.close()
+
+
+def _recorded_sizes(target: str) -> list[int]:
+    return [int(r[0]) for r in _rows(target, "SELECT tree_size FROM cassette_seals ORDER BY 1")]
+
+
+def _origin_of(target: str) -> str:
+    from catalytic_cassette.seals import ORIGIN_PREFIX
+
+    (row,) = _rows(target, "SELECT value FROM cassette_meta WHERE key = 'ledger_id'")
+    return ORIGIN_PREFIX + str(row[0])
+
+
+def _anchors_hold(target: str, seals: Path) -> list[str]:
+    """What verify against the seal files says of each (pinned key and origin)."""
+    from catalytic_cassette.anchor import load_anchors
+    from catalytic_cassette.verify import verify_path
+
+    report = verify_path(
+        target, anchors=load_anchors(seals), seal_key=KEY.public_key(), origin=_origin_of(target)
+    )
+    assert report.ok, report.findings
+    return [a["status"] for a in report.anchors]
+
+
+def test_auto_seal_seals_every_n_entries_and_at_close_on_both_backends(
+    either: str, tmp_path: Path
+) -> None:
+    """The cadence of test_anchors' SQLite test, on either backend: a plain message is
+    three entries; every=5 seals once 5 or more entries are unsealed (the seal's own entry
+    counts as sealed), and once at close; an unchanged ledger reopened seals nothing."""
+    from catalytic_cassette.seals import AutoSeal
+
+    seals = tmp_path / "seals"
+    seals.mkdir()
+    with MessageCassette(either, auto_seal=AutoSeal(KEY, seals, every=5)) as cassette:
+        for n in range(5):
+            cassette.post_message({"n": n}, "run", "USER")
+        assert _seal_sizes(seals) == [6, 13]
+    assert _seal_sizes(seals) == [6, 13, 17]
+    for _ in range(2):
+        MessageCassette(either, auto_seal=AutoSeal(KEY, seals, every=5)).close()
+    assert _seal_sizes(seals) == _recorded_sizes(either) == [6, 13, 17]
+    assert _anchors_hold(either, seals) == ["holds"] * 3
+
+
+def test_auto_seal_of_a_causal_chain_and_its_checkpoints(either: str, tmp_path: Path) -> None:
+    """One entry per action and per checkpoint: sealed at 4 (entry 4 is the seal), at 9,
+    then the batch of six takes the journal to 16 entries: sealed at 17 with the seal."""
+    from catalytic_cassette import CausalChain
+    from catalytic_cassette.seals import AutoSeal
+
+    seals = tmp_path / "seals"
+    seals.mkdir()
+    act = {"plan_id": "p", "intent_id": "i", "action_type": "CapabilityCall"}
+    with CausalChain(either, auto_seal=AutoSeal(KEY, seals, every=4)) as chain:
+        for n in range(8):
+            chain.append_action({**act, "function_name": f"f{n}"})
+        chain.save_checkpoint("p", {"at": 8})
+        chain.append_actions([{**act, "function_name": f"g{n}"} for n in range(6)])
+    assert _seal_sizes(seals) == _recorded_sizes(either) == [4, 9, 17]
+
+
+def test_a_refused_write_seals_nothing(either: str, tmp_path: Path) -> None:
+    from catalytic_cassette.seals import AutoSeal
+
+    seals = tmp_path / "seals"
+    seals.mkdir()
+    with MessageCassette(either, auto_seal=AutoSeal(KEY, seals, every=1)) as cassette:
+        cassette.post_message({"n": 1}, "run", "USER")
+        assert _seal_sizes(seals) == [3]
+        with pytest.raises(CassetteError) as refused:
+            cassette.complete_step("run", 1, "nobody", 1, {}, "SUCCESS")
+        assert refused.value.code is ErrorCode.NOT_LEASED
+        assert _seal_sizes(seals) == [3]
+    assert _seal_sizes(seals) == [3]  # (the seal's own entry: nothing new to seal at close)
+
+
+def test_a_read_only_open_never_seals(either: str, tmp_path: Path) -> None:
+    from catalytic_cassette.seals import AutoSeal
+
+    seals = tmp_path / "seals"
+    seals.mkdir()
+    with MessageCassette(either) as cassette:
+        cassette.post_message({"n": 1}, "run", "USER")
+    with MessageCassette(
+        either, read_only=True, auto_seal=AutoSeal(KEY, seals, every=1)
+    ) as cassette:
+        cassette.status("run")
+    assert _seal_sizes(seals) == [] == _recorded_sizes(either)
+
+
+def test_automatic_seals_on_the_command_line_on_both_backends(either: str, tmp_path: Path) -> None:
+    """--seal-dir/--seal-key/--seal-every on any command: the same files on either."""
+    private, public = generate(str(tmp_path / "k"))
+    seals = tmp_path / "seals"
+    seals.mkdir()
+    payload = tmp_path / "p.json"
+    payload.write_text('{"jobs": [{"intent": "i", "steps": [{}, {}]}]}')
+    options = ["--seal-dir", str(seals), "--seal-key", str(private), "--seal-every", "4"]
+    post = ["--run-id", "r", "--source", "USER", "--idempotency-key"]
+    runner = CliRunner()
+    for n in range(2):
+        result = runner.invoke(
+            cli,
+            ["--db", either, *options, "post", "--payload", str(payload), *post, f"k{n}"],
+        )
+        assert result.exit_code == 0, result.stderr
+    origin = ["--origin", _origin_of(either)]
+    # each post is 4 entries (message, job, two steps): sealed after it (4, then 9)
+    assert _seal_sizes(seals) == _recorded_sizes(either) == [4, 9]
+    result = runner.invoke(
+        cli,
+        ["--db", either, "verify", "--against", str(seals), "--public-key", str(public), *origin],
+    )
+    assert result.exit_code == 0, result.output
+
+
+def test_a_role_that_cannot_seal_is_refused_before_it_writes(
+    pg_database: str, tmp_path: Path
+) -> None:
+    """Sealing is the owner's (INSERT on cassette_seals): a worker login asking for
+    automatic seals is refused when it opens, PERMISSION_DENIED, rather than after
+    its first write committed; nothing was written."""
+    import uuid
+
+    from psycopg import sql
+
+    from catalytic_cassette.seals import AutoSeal
+
+    MessageCassette(pg_database).close()
+    seals = tmp_path / "seals"
+    seals.mkdir()
+    name = "runner_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(pg_database, autocommit=True) as owner:
+        owner.execute(
+            sql.SQL("CREATE ROLE {} LOGIN IN ROLE cassette_worker").format(sql.Identifier(name))
+        )
+    try:
+        url = pg_database.replace("postgresql://postgres@", f"postgresql://{name}@", 1)
+        assert url != pg_database
+        before = Ledger("postgresql", pg_database).journal()
+        with pytest.raises(CassetteError) as refused:
+            MessageCassette(url, auto_seal=AutoSeal(KEY, seals, every=1))
+        assert refused.value.code is ErrorCode.PERMISSION_DENIED
+        with MessageCassette(url) as cassette:  # (without automatic seals it works)
+            cassette.post_message({"n": 1}, "run", "WORKER")
+        assert len(Ledger("postgresql", pg_database).journal()) > len(before)
+        assert _seal_sizes(seals) == []
+    finally:
+        with psycopg.connect(pg_database, autocommit=True) as owner:
+            owner.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+            owner.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))

@@ -75,7 +75,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
             for index, item in enumerate(items)
         ]
         results: list[tuple[int, int]] = []
-        with connection.transaction(self.pg) as conn:
+        with self._writing() as conn:
             for index, (payload_json, plans, run_id, source, key) in enumerate(prepared):
                 params = {
                     "run_id": run_id,
@@ -112,7 +112,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
         if _integer(n, ErrorCode.INVALID_ARGUMENT, "n") < 1:
             raise CassetteError(ErrorCode.INVALID_ARGUMENT, "n must be at least 1")
         ttl = _ttl_ms(ttl_seconds)
-        rows = self._fetch(
+        rows = self._write(
             "claim", run_id=run_id, worker_id=worker_id, n=min(n, 2**31 - 1), ttl_ms=ttl
         )
         return [_leased(row, run_id, worker_id) for row in rows]
@@ -132,7 +132,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
             run_id, step_id, worker_id, fencing_token, receipt_payload, outcome
         )
         run_id, step_id, worker_id, token, outcome, receipt = item
-        rows = self._fetch(
+        rows = self._write(
             "complete",
             run_id=run_id,
             step_id=step_id,
@@ -157,7 +157,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
             run_id, step_id, worker_id, fencing_token, receipt_payload, outcome
         )
         run_id, step_id, worker_id, token, outcome, receipt = item
-        rows = self._fetch(
+        rows = self._write(
             "complete_and_claim",
             run_id=run_id,
             step_id=step_id,
@@ -181,11 +181,12 @@ class PgMessageCassette(PgLedger, MessageCassette):
             _indexed(index, len(items), _prepare_complete, *item)
             for index, item in enumerate(items)
         ]
-        with connection.transaction(self.pg) as conn:
-            return [
+        with self._writing() as conn:
+            receipts = [
                 _indexed(index, len(prepared), _complete_item, conn, item)
                 for index, item in enumerate(prepared)
             ]
+        return receipts
 
     # ----------------------------------------------------------------- requeues
 
@@ -213,7 +214,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
                 )
             _name(worker_id, ErrorCode.INVALID_WORKER, "worker_id")
             _integer(fencing_token, ErrorCode.INVALID_TOKEN, "fencing_token")
-            self._fetch(
+            self._write(
                 "release",
                 run_id=run_id,
                 step_id=step_id,
@@ -221,7 +222,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
                 fencing_token=fencing_token,
             )
             return [{"step_id": step_id, "action": "released", "fencing_token": fencing_token}]
-        rows = self._fetch("requeue", run_id=run_id, step_id=step_id, max_attempts=max_attempts)
+        rows = self._write("requeue", run_id=run_id, step_id=step_id, max_attempts=max_attempts)
         return [{"step_id": s, "action": a, "fencing_token": t} for s, a, t in rows]
 
     # -------------------------------------------------------------------- reads
@@ -230,8 +231,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
         _name(run_id, ErrorCode.INVALID_RUN_ID, "run_id")
         steps = dict.fromkeys(STATUSES, 0)
         receipts = dict.fromkeys(OUTCOMES, 0)
-        with connection.transaction(self.pg) as conn:  # one snapshot for every count
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        with self.read_snapshot() as conn:  # one snapshot for every count
             for state, count in conn.execute(query("steps_by_status"), {"run_id": run_id}):
                 steps[state] = count
             for outcome, count in conn.execute(query("receipts_by_outcome"), {"run_id": run_id}):

@@ -85,7 +85,7 @@ class PgCausalChain(PgLedger, CausalChain):
         if _suggest_scope(suggest_causes) is not None:
             unsupported("suggested causes")
         prepared = self._prepare(actions)
-        with connection.transaction(self.pg) as conn:
+        with self._writing() as conn:
             stored = _append(conn, prepared)
         self._joined(stored)
         return stored
@@ -211,8 +211,7 @@ class PgCausalChain(PgLedger, CausalChain):
         from ..reasoning import stats_of
 
         params = {"plan": plan_id, "session": session_id}
-        with connection.transaction(self.pg) as conn:
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        with self.read_snapshot() as conn:
             totals = conn.execute(query("causality_totals"), params).fetchone()
             categories = conn.execute(query("causality_categories"), params).fetchall()
             lengths = conn.execute(query("causality_lengths"), params).fetchone()
@@ -234,7 +233,7 @@ class PgCausalChain(PgLedger, CausalChain):
 
         column, where = grouping(by)
         sql = query("metrics").format(column=column, where=where)
-        with connection.transaction(self.pg) as conn:
+        with self.read_snapshot() as conn:
             return metric_rows(by, conn.execute(sql).fetchall())
 
     def follow(self, since_seq: int = -1, **options: Any) -> Iterator[dict[str, Any]]:
@@ -255,8 +254,7 @@ class PgCausalChain(PgLedger, CausalChain):
         return plan_archive.body_of(plan_id, rows[0] if rows else None)
 
     def plan_status(self, plan_id: str) -> dict[str, Any]:
-        with connection.transaction(self.pg) as conn:  # one snapshot for every read
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        with self.read_snapshot() as conn:  # one snapshot for every read
             steps = conn.execute(query("plan_steps"), {"plan_id": plan_id}).fetchall()
             totals = conn.execute(query("plan_totals"), {"plan_id": plan_id}).fetchone()
             state = _plan_state(conn, plan_id)
@@ -265,7 +263,7 @@ class PgCausalChain(PgLedger, CausalChain):
 
     def save_checkpoint(self, plan_id: str, context: Any) -> str:
         text, checkpoint_id = self._checkpoint_text(plan_id, context)
-        with connection.transaction(self.pg) as conn:
+        with self._writing() as conn:
             _save_checkpoint(conn, plan_id, text, checkpoint_id)
         return checkpoint_id
 
@@ -274,7 +272,7 @@ class PgCausalChain(PgLedger, CausalChain):
         return plans.checkpoint_of(checkpoint_id, rows[0] if rows else None)
 
     def latest_checkpoint(self, plan_id: str) -> dict[str, Any] | None:
-        with connection.transaction(self.pg) as conn:
+        with self.read_snapshot() as conn:
             found = _latest_checkpoint_id(conn, plan_id)
             if found is None:
                 return None
@@ -286,7 +284,7 @@ class PgCausalChain(PgLedger, CausalChain):
         transaction: a refused pause stores no checkpoint either."""
         text, checkpoint_id = self._checkpoint_text(plan_id, context)
         metadata = {**fields.pop("metadata", {}), "checkpoint_id": checkpoint_id}
-        with connection.transaction(self.pg) as conn:
+        with self._writing() as conn:
             intent = fields.pop("intent_id", _intent_of(conn, plan_id))
             prepared = self._prepare(
                 [
@@ -311,7 +309,7 @@ class PgCausalChain(PgLedger, CausalChain):
     ) -> dict[str, Any]:
         """Record PlanResumed (parent: PlanStarted; metadata: the checkpoint) and return
         the stored context. Refused with PLAN_NOT_PAUSED unless the plan is paused."""
-        with connection.transaction(self.pg) as conn:
+        with self._writing() as conn:
             if plans.PLAN_STATES[_plan_state_type(conn, plan_id)] != "paused":
                 raise CassetteError(ErrorCode.PLAN_NOT_PAUSED, f"plan {plan_id} is not paused")
             chosen = checkpoint_id or _latest_checkpoint_id(conn, plan_id)

@@ -4,6 +4,8 @@ the connection's named queries, the server's time, seals and snapshots, closing.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -51,8 +53,9 @@ class PgLedger:
         read_only: bool,
     ) -> None:
         """What every PostgreSQL entry point's ``__init__`` does: refuse what the backend
-        does not take (a client's clock: time is the server's; automatic seals), connect
-        and migrate, and note whether this open made the ledger (``cassette init``)."""
+        does not take (a client's clock: time is the server's), connect and migrate, note
+        whether this open made the ledger (``cassette init``), and refuse automatic seals
+        to a role that cannot seal before anything is written."""
         from ..clock import SystemClock
         from ..connection import resolve_durability
         from ..ledger import default_db_path
@@ -62,9 +65,7 @@ class PgLedger:
                 ErrorCode.INVALID_ARGUMENT,
                 "a PostgreSQL ledger keeps the server's time; it takes no clock",
             )
-        if auto_seal is not None:
-            unsupported("automatic sealing")
-        self.auto_seal = None
+        self.auto_seal = None if read_only else auto_seal
         self.clock = SystemClock()
         self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
         self.pg, self.created = connection.open_ledger(
@@ -74,6 +75,43 @@ class PgLedger:
             read_only=read_only,
         )
         self.schema_version = len(sqlfiles.migrations())
+        if self.auto_seal is not None and not self._fetch("can_seal")[0][0]:
+            self.pg.close()
+            raise CassetteError(
+                ErrorCode.PERMISSION_DENIED,
+                "automatic seals need INSERT on cassette_seals, the ledger owner's: this"
+                " role (a worker's or an appender's) cannot seal; seal with the owner's URL",
+            )
+
+    def _write(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
+        """A write that is one named statement (its own transaction), then the automatic
+        seal (if any), as ``LedgerFile.write`` runs it once the transaction committed."""
+        rows = self._fetch(name, **params)
+        self._wrote()
+        return rows
+
+    @contextmanager
+    def _writing(self) -> Iterator[psycopg.Connection[Any]]:
+        """A write of several statements in one transaction, then the automatic seal (if
+        any) once it committed; a refused write seals nothing."""
+        with connection.transaction(self.pg) as conn:
+            yield conn
+        self._wrote()
+
+    def _wrote(self) -> None:
+        if self.auto_seal is not None:
+            self.auto_seal.after_write(self)
+
+    @contextmanager
+    def read_snapshot(self) -> Iterator[psycopg.Connection[Any]]:
+        """Several reads in one REPEATABLE READ READ ONLY transaction (one snapshot); inside
+        one already, that one."""
+        if self.pg.info.transaction_status.name != "IDLE":
+            yield self.pg
+            return
+        with connection.transaction(self.pg) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield conn
 
     def _fetch(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
         """One named query, one statement: its own transaction (autocommit)."""
@@ -103,6 +141,18 @@ class PgLedger:
             self.pg, private_key, origin=origin, size=size, before_commit=before_commit
         )
 
+    def journal_size(self) -> int:
+        """The number of journal entries (the head's next seq)."""
+        from .anchors import journal_size
+
+        return journal_size(self.pg)
+
+    def latest_seal(self) -> Seal | None:
+        from ..seals import seal_of_row
+
+        rows = self._fetch("latest_seal")
+        return seal_of_row(rows[0]) if rows else None
+
     def export_snapshot(self, path: Path) -> None:
         """One snapshot of the journal copied into the new file ``path``, every entry
         through SQLite's law (``copying``): a backup that restores into either backend."""
@@ -118,4 +168,8 @@ class PgLedger:
             conn.close()
 
     def close(self) -> None:
-        self.pg.close()
+        try:
+            if self.auto_seal is not None:
+                self.auto_seal.at_close(self)
+        finally:
+            self.pg.close()

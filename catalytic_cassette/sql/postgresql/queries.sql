@@ -51,6 +51,13 @@ SELECT step_id, job_id, run_id, message_id, ordinal, status, lease_owner, lease_
 SELECT greatest(time_ms, (floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint + clock_offset_ms)
   FROM cassette_head;
 
+-- name: can_seal
+SELECT has_table_privilege('cassette_seals', 'INSERT');
+
+-- name: latest_seal
+SELECT seal_id, tree_size, root_hex, origin, key_id, note, created_at
+  FROM cassette_seals ORDER BY seal_id DESC LIMIT 1;
+
 -- name: journal_from
 SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal WHERE seq >= %(start)s ORDER BY seq;
 
