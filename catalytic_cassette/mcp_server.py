@@ -1,28 +1,23 @@
 """The ledger's read-only queries as MCP tools over stdio (optional extra: mcp).
 
-Every tool call opens its own read-only connection and reads one snapshot, so the
-server never writes, never migrates, and never holds a read transaction between calls.
+Every tool call opens the ledger read-only (a SQLite file or a ``postgresql://`` URL)
+and reads one snapshot, so the server never writes, never migrates, and never holds a
+read transaction between calls. The answers are ``CausalChain``'s own (reasoning.py,
+dependencies.py, metrics.py through either backend's named reads): the same JSON from
+either backend for the same ledger.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from . import dependencies, reasoning
-from .actions import SELECT_COLUMNS, from_row
-from .artifacts import ArtifactStore, default_root
-from .connection import connect_readonly, read_transaction
-from .errors import CassetteError, ErrorCode
-from .metrics import metrics as compute_metrics
-from .migrate import current_version, schema_version
+from . import dependencies
+from .chain import CausalChain
 from .timeline import parse_time
 
 SERVER_NAME = "catalytic-cassette"
-_SCOPES = (("plan_id", "plan_id"), ("session_id", "session_id"), ("intent_id", "intent_id"))
 
 
 def _server_class() -> Any:
@@ -38,16 +33,15 @@ def _server_class() -> Any:
 
 
 @contextmanager
-def _reading(db: str) -> Iterator[sqlite3.Connection]:
-    conn = connect_readonly(db)
+def _reading(db: str) -> Iterator[CausalChain]:
+    """The ledger opened read-only (never created, migrated or written: CANNOT_OPEN,
+    NOT_A_CASSETTE, SCHEMA_OUTDATED otherwise), its reads in one snapshot, then closed."""
+    chain = CausalChain(db, read_only=True)
     try:
-        version = schema_version(conn)
-        if not 0 < version <= current_version():
-            raise CassetteError(ErrorCode.NOT_A_CASSETTE, f"{db} is not a ledger of this version")
-        with read_transaction(conn):
-            yield conn
+        with chain.read_snapshot():
+            yield chain
     finally:
-        conn.close()
+        chain.close()
 
 
 def build_server(db: str) -> Any:
@@ -56,20 +50,20 @@ def build_server(db: str) -> Any:
 
     def build_causal_chain(action_id: str, max_depth: int | None = None) -> dict[str, Any]:
         """The cause chain of an action, root cause first (depth 0)."""
-        with _reading(db) as conn:
-            return reasoning.build_causal_chain(conn, action_id, max_depth)
+        with _reading(db) as chain:
+            return chain.build_causal_chain(action_id, max_depth)
 
     def reconstruct_reasoning(action_id: str) -> dict[str, Any]:
         """Why an action happened: category, rationale, direct cause and parent."""
-        with _reading(db) as conn:
-            return reasoning.reconstruct_reasoning(conn, action_id)
+        with _reading(db) as chain:
+            return chain.reconstruct_reasoning(action_id)
 
     def get_causality_stats(
         plan_id: str | None = None, session_id: str | None = None
     ) -> dict[str, Any]:
         """Causality statistics, under the ledger's and the causality engine's definitions."""
-        with _reading(db) as conn:
-            return reasoning.causality_stats(conn, plan_id, session_id)
+        with _reading(db) as chain:
+            return chain.causality_stats(plan_id, session_id)
 
     def detect_dependencies(
         action_id: str | None = None,
@@ -82,12 +76,8 @@ def build_server(db: str) -> Any:
         limit: int = dependencies.DEFAULT_LIMIT,
     ) -> dict[str, Any]:
         """Candidate causes, newest first, each with its reason (proposals, not facts)."""
-        import time
-
-        with _reading(db) as conn:
-            found = dependencies.detect_dependencies(
-                conn,
-                now_ms=time.time_ns() // 1_000_000,
+        with _reading(db) as chain:
+            found = chain.detect_dependencies(
                 action_id=action_id,
                 plan_id=plan_id,
                 session_id=session_id,
@@ -103,13 +93,15 @@ def build_server(db: str) -> Any:
         plan_id: str | None = None, session_id: str | None = None, intent_id: str | None = None
     ) -> dict[str, Any]:
         """The newest action of a plan, session or intent (or of the ledger)."""
-        return {"action": newest_action(db, plan_id, session_id, intent_id)}
+        with _reading(db) as chain:
+            found = chain.latest(plan_id=plan_id, session_id=session_id, intent_id=intent_id)
+            return {"action": None if found is None else found.to_dict()}
 
     def metrics(by: str) -> dict[str, Any]:
         """Count, failures, failure rate, durations and cost per plan, intent, session,
         function or capability."""
-        with _reading(db) as conn:
-            return {"by": by, "groups": compute_metrics(conn, by)}
+        with _reading(db) as chain:
+            return {"by": by, "groups": chain.metrics(by)}
 
     def verify(session_id: str | None = None) -> dict[str, Any]:
         """Verify the whole ledger, or one session without reading the rest."""
@@ -134,28 +126,6 @@ def build_server(db: str) -> Any:
     for tool in tools:
         server.tool()(tool)
     return server
-
-
-def newest_action(
-    db: str, plan_id: str | None, session_id: str | None, intent_id: str | None
-) -> dict[str, Any] | None:
-    clauses, params = ["1"], []
-    for column, value in (
-        ("plan_id", plan_id),
-        ("session_id", session_id),
-        ("intent_id", intent_id),
-    ):
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            params.append(value)
-    store = ArtifactStore(default_root(db).resolve(), Path(db).resolve().parent)
-    with _reading(db) as conn:
-        row = conn.execute(
-            f"SELECT {SELECT_COLUMNS} FROM cassette_actions WHERE {' AND '.join(clauses)}"
-            " ORDER BY action_seq DESC LIMIT 1",
-            params,
-        ).fetchone()
-        return None if row is None else from_row(tuple(row), store.get).to_dict()
 
 
 def serve(db: str) -> None:
