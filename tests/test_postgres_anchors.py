@@ -336,3 +336,31 @@ def test_a_role_that_cannot_seal_is_refused_before_it_writes(
         with psycopg.connect(pg_database, autocommit=True) as owner:
             owner.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
             owner.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def test_a_seal_while_another_host_writes_is_not_busy(
+    pg_ledger: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another host commits between the seal's snapshot (the tree rebuilt from the
+    bodies) and its insert: the seal of the entries it rebuilt is still recorded (the
+    entries it covers cannot change; the server checks the root again), rather than
+    refused BUSY after the write it followed had committed."""
+    from catalytic_cassette.postgresql import anchors
+
+    some_work(pg_ledger)
+    rebuild = anchors.rebuilt_tree
+
+    def rebuilt_while_another_writes(conn: Any, size: int) -> Any:
+        tree = rebuild(conn, size)
+        with MessageCassette(pg_ledger) as other:
+            other.post_message({"meanwhile": True}, "run", "USER")
+        return tree
+
+    monkeypatch.setattr(anchors, "rebuilt_tree", rebuilt_while_another_writes)
+    before = len(Ledger("postgresql", pg_ledger).journal())
+    with MessageCassette(pg_ledger) as cassette:
+        sealed = cassette.seal(KEY)
+    entries = Ledger("postgresql", pg_ledger).journal()
+    assert sealed.tree_size == before  # what the snapshot held
+    assert len(entries) == before + 3 + 1  # the other host's message, then the seal
+    assert sealed.root == root_from_leaves([leaf for _, _, leaf, _ in entries[:before]])

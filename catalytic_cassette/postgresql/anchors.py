@@ -80,10 +80,13 @@ def record_seal(
 ) -> Seal:
     """Sign the head (or the first ``size`` entries) and record the seal, as
     ``seals.record_seal`` does on SQLite. The tree is rebuilt from the bodies in a
-    REPEATABLE READ snapshot first; the insert then takes the head, and the server checks
-    the root once more. Sealing needs INSERT on cassette_seals: the owner's."""
+    REPEATABLE READ READ ONLY snapshot; the insert is its own READ COMMITTED transaction,
+    which takes the head (the entries a seal covers never change, and the server checks
+    the root once more there), so a host writing meanwhile makes it neither wait nor
+    fail BUSY, as an insert in the snapshot's transaction would. Sealing needs INSERT on
+    cassette_seals: the owner's."""
     with connection.transaction(conn):
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         chosen = check_origin(origin if origin is not None else ledger_origin(conn))
         have = journal_size(conn)
         size = have if size is None else size
@@ -94,8 +97,9 @@ def record_seal(
                 ErrorCode.INVALID_SEAL, f"cannot seal {size} entries of a ledger of {have}"
             )
         root = rebuilt_tree(conn, size).root()
-        note = sign_note(Checkpoint(chosen, size, root).to_text(), chosen, private_key)
-        key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
+    note = sign_note(Checkpoint(chosen, size, root).to_text(), chosen, private_key)
+    key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
+    with connection.transaction(conn):
         row = conn.execute(
             "INSERT INTO cassette_seals (tree_size, root_hex, origin, key_id, note)"
             " VALUES (%s, %s, %s, %s, %s) RETURNING seal_id, created_at",
