@@ -166,7 +166,7 @@ def column_types(major: int) -> dict[str, dict[str, str]]:
 
 
 def render(version: int, objects: dict[str, Any]) -> str:
-    """catalog.json's text for ``objects`` at schema ``version`` (stable: sorted keys)."""
+    """A snapshot's text for ``objects`` at schema ``version`` (stable: sorted keys)."""
     return json.dumps({"version": version, "objects": objects}, indent=1, sort_keys=True) + "\n"
 
 

@@ -2,7 +2,7 @@
 -- by name. Plain SELECTs on the tables and on pg_catalog only: no ledger function, no
 -- view, no index (the transaction turns index scans off), every name qualified. The
 -- catalog queries describe the ledger's objects in schema public as the migrations make
--- them (catalog.py compares the description with catalog.json); a role is named
+-- them (catalog.py compares the description with catalog-<major>.json); a role is named
 -- '<owner>' when it owns the object, 'PUBLIC' for everyone. The roles the migrations
 -- make are named here (a migration adding one adds it to both lists).
 
