@@ -106,7 +106,7 @@ def test_the_url_comes_from_cassette_db_too(pg_ledger: str) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [("export", "--plan", "p"), ("plan", "show", "p"), ("mcp",)],
+    [("export", "--plan", "p"), ("plan", "show", "p")],
 )
 def test_what_is_not_ported_says_so(pg_ledger: str, args: tuple[str, ...]) -> None:
     """A command not yet ported refuses with BACKEND_UNSUPPORTED (exit 1), at the one place
