@@ -181,3 +181,29 @@ def test_mcp_refuses_what_is_not_a_ledger_before_serving(
                 "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
             ).fetchone()
         assert tables == (0,)
+
+
+def test_an_auditor_login_gets_the_owners_answers(tmp_path: Path, pg_database: str) -> None:
+    """What to hand an agent: a login in cassette_auditor (reads only). Every tool
+    answers it as it answers the owner."""
+    import uuid
+
+    from psycopg import sql
+
+    path = tmp_path / "ledger.db"
+    calls = _ledger(path)
+    copy_ledger(str(path), pg_database)
+    name = "agent_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(pg_database, autocommit=True) as owner:
+        owner.execute(
+            sql.SQL("CREATE ROLE {} LOGIN IN ROLE cassette_auditor").format(sql.Identifier(name))
+        )
+    try:
+        url = pg_database.replace("postgresql://postgres@", f"postgresql://{name}@", 1)
+        assert url != pg_database
+        answers = _ask(url, calls)
+        assert ERROR not in answers.values() and answers["verify"]["ok"] is True
+        assert answers == _ask(pg_database, calls)
+    finally:
+        with psycopg.connect(pg_database, autocommit=True) as owner:
+            owner.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
