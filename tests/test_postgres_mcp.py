@@ -207,3 +207,23 @@ def test_an_auditor_login_gets_the_owners_answers(tmp_path: Path, pg_database: s
     finally:
         with psycopg.connect(pg_database, autocommit=True) as owner:
             owner.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def test_latest_reads_an_artifact_where_the_ledger_keeps_them(tmp_path: Path) -> None:
+    """A value stored as an artifact file beside a SQLite ledger comes back whole."""
+    path = tmp_path / "ledger.db"
+    big = {"text": "x" * 5000}
+    with CausalChain(path, artifact_threshold=100) as chain:
+        stored = chain.append_action(
+            {
+                "plan_id": "p",
+                "intent_id": "i",
+                "action_type": "CapabilityCall",
+                "function_name": "f",
+                "result": big,
+            }
+        )
+    assert any((tmp_path / "ledger.db.artifacts").iterdir())  # (it is a file there)
+    answers = _ask(str(path), {"latest": ("latest", {"plan_id": "p"})})
+    assert answers["latest"]["action"]["action_id"] == stored.action_id
+    assert answers["latest"]["action"]["result"] == big
