@@ -95,6 +95,42 @@ def ledger_id(conn: sqlite3.Connection) -> str:
     return str(row[0])
 
 
+def sign_act(
+    key: WorkerKey,
+    act: str,
+    *,
+    ledger: str,
+    run_id: str,
+    at: int,
+    message_id: int | None = None,
+    step_id: int | None = None,
+    fencing_token: int | None = None,
+    **fields: Any,
+) -> str:
+    """The act's statement signed by ``key``: the signature in base64, as stored.
+
+    The signature is checked against the key's public half first (BAD_SIGNATURE), so a
+    faulty signer cannot leave an attestation verify would reject. Both backends sign
+    through here; only where the row goes differs.
+    """
+    named: dict[str, Any] = (
+        {"message_id": message_id}
+        if act == "post"
+        else {"step_id": step_id, "fencing_token": fencing_token}
+    )
+    signed = statement_bytes(
+        statement(
+            act, ledger=ledger, run_id=run_id, worker_id=key.worker_id, at=at, **named, **fields
+        )
+    )
+    signature = key.sign(signed)
+    if not _valid(key.public, signature, signed):
+        raise CassetteError(
+            ErrorCode.BAD_SIGNATURE, f"the {act} statement's signature does not verify"
+        )
+    return base64.b64encode(signature).decode("ascii")
+
+
 def attest(
     conn: sqlite3.Connection,
     key: WorkerKey,
@@ -107,32 +143,18 @@ def attest(
     fencing_token: int | None = None,
     **fields: Any,
 ) -> None:
-    """Sign the act's statement and record it, inside the caller's write transaction.
-
-    The signature is checked against the key's public half before anything is written
-    (BAD_SIGNATURE), so a faulty signer cannot leave an attestation verify would reject.
-    """
-    named: dict[str, Any] = (
-        {"message_id": message_id}
-        if act == "post"
-        else {"step_id": step_id, "fencing_token": fencing_token}
+    """Sign the act's statement and record it, inside the caller's write transaction."""
+    signature = sign_act(
+        key,
+        act,
+        ledger=ledger_id(conn),
+        run_id=run_id,
+        at=at,
+        message_id=message_id,
+        step_id=step_id,
+        fencing_token=fencing_token,
+        **fields,
     )
-    signed = statement_bytes(
-        statement(
-            act,
-            ledger=ledger_id(conn),
-            run_id=run_id,
-            worker_id=key.worker_id,
-            at=at,
-            **named,
-            **fields,
-        )
-    )
-    signature = key.sign(signed)
-    if not _valid(key.public, signature, signed):
-        raise CassetteError(
-            ErrorCode.BAD_SIGNATURE, f"the {act} statement's signature does not verify"
-        )
     try:
         conn.execute(
             "INSERT INTO cassette_attestations (attestation_id, act, run_id, message_id,"
@@ -147,7 +169,7 @@ def attest(
                 fencing_token,
                 key.worker_id,
                 key.key_id,
-                base64.b64encode(signature).decode("ascii"),
+                signature,
                 at,
             ),
         )
