@@ -398,8 +398,11 @@ class Mirror:
 # SQLite's type affinity for a server column type (the catalog's format_type).
 _AFFINITY = {"bigint": "INTEGER", "integer": "INTEGER", "text": "TEXT"}
 # The lookups check_consistency makes by a column that is not the table's rowid.
+# (and check_worker_keys makes, per attestation, receipt and release, by step)
 _LOOKUPS = (
     ("cassette_jobs", "message_id"),
     ("cassette_steps", "job_id"),
     ("cassette_receipts", "step_id"),
+    ("cassette_releases", "step_id"),
+    ("cassette_attestations", "step_id"),
 )
