@@ -1,12 +1,14 @@
 """Worker keys: signed statements that prove which worker posted, claimed, released,
 completed or requeued (LAW.md, "Worker keys").
 
-Writing: ``attest`` signs the statement of an act and inserts it into
-``cassette_attestations`` before the act's own row, in the caller's transaction; the
-SQL then refuses to end a signed lease without its worker's attested act.
+Writing: ``sign_act`` signs the statement of an act (both backends); ``attest`` inserts
+it into a SQLite ledger's ``cassette_attestations`` before the act's own row, in the
+caller's transaction (on PostgreSQL, postgresql/cassette.py calls ``cassette_attest``);
+the SQL then refuses to end a signed lease without its worker's attested act.
 Checking: ``check_worker_keys`` rebuilds every statement from the rows it attests and
 checks its signature against the keys pinned in a directory, one ``<worker_id>.pub``
-per worker; it also names the entries of pinned workers that carry no attestation.
+per worker; it also names the entries of pinned workers that carry no attestation. It
+reads a SQLite database: a ledger file, or verify's private copy of a PostgreSQL one.
 The Ed25519 machinery (key files, key ids) is signing.py's.
 """
 
