@@ -216,6 +216,58 @@ def test_requeues_of_a_signed_lease(
     assert kinds(either, pins) == []
 
 
+@pytest.mark.parametrize(
+    ("run", "token", "code"),
+    [
+        ("other", 1, ErrorCode.LEASE_NOT_EXPIRED),  # the clock guard comes first
+        (RUN, 1, ErrorCode.LEASE_NOT_EXPIRED),
+        (RUN, 5, ErrorCode.STALE_FENCING_TOKEN),
+        ("other", 5, ErrorCode.RUN_MISMATCH),
+    ],
+)
+def test_an_early_requeue_attestation_gets_the_same_code(
+    either: Ledger,
+    leased: dict[str, Any],
+    keys: dict[str, WorkerKey],
+    run: str,
+    token: int,
+    code: ErrorCode,
+) -> None:
+    """A requeue attested directly (not through requeue()): on SQLite by a package
+    connection, on PostgreSQL through the worker role's cassette_attest."""
+    before = either.journal()
+    ops = keys["ops"]
+    if either.kind == "sqlite":
+        from catalytic_cassette.connection import write_transaction
+        from catalytic_cassette.worker_keys import attest
+
+        with (
+            either.open() as cassette,
+            pytest.raises(CassetteError) as caught,
+            write_transaction(cassette.conn) as conn,
+        ):
+            attest(
+                conn,
+                ops,
+                "requeue",
+                run_id=run,
+                at=either.clock.now_ms(),
+                step_id=leased["step_id"],
+                fencing_token=token,
+            )
+        assert caught.value.code is code
+    else:
+        with psycopg.connect(either.target, autocommit=True) as conn:
+            conn.execute("SET ROLE cassette_worker")
+            refused_with(
+                conn,
+                code,
+                "SELECT cassette_attest('requeue', %s, NULL, %s, %s, 'ops', %s, %s)",
+                (run, leased["step_id"], token, ops.key_id, _VALID["sig"]),
+            )
+    assert either.journal() == before
+
+
 def test_a_stale_signed_worker_gets_the_fencing_code(
     either: Ledger, leased: dict[str, Any], keys: dict[str, WorkerKey]
 ) -> None:
@@ -573,3 +625,84 @@ def test_a_copy_carries_attestations_and_verifies_on_the_other_backend(
         assert report.ok, report.findings
     else:
         assert kinds(dest, pins) == []
+
+
+# ------------------------------------------------- a runner's login, real processes
+
+
+def test_a_runner_login_signs_the_whole_worker_api(
+    pg_ledger: str, keys: dict[str, WorkerKey], pins: Path
+) -> None:
+    """A host's own login, member of cassette_worker, with a worker key: every act
+    signed through the role's functions, and verify (the owner's) finds nothing."""
+    import uuid
+
+    from psycopg import sql
+
+    name = "runner_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(pg_ledger, autocommit=True) as owner:
+        owner.execute(
+            sql.SQL("CREATE ROLE {} LOGIN IN ROLE cassette_worker").format(sql.Identifier(name))
+        )
+        try:
+            url = pg_ledger.replace("postgresql://postgres@", f"postgresql://{name}@", 1)
+            with MessageCassette(url, worker_key=keys["w1"]) as cassette:
+                for n in range(3):
+                    cassette.post_message({"n": n}, RUN, "WORKER")
+                one = cassette.claim_step(RUN, "w1", TTL)
+                cassette.complete_and_claim(RUN, one["step_id"], "w1", 1, {}, "SUCCESS")
+                cassette.requeue(RUN, one["step_id"] + 1, worker_id="w1", fencing_token=1)
+                cassette.claim_step(RUN, "w1", 1)
+            owner.execute("SELECT cassette_advance_clock(2000)")
+            with MessageCassette(url, worker_key=keys["ops"]) as cassette:
+                assert [r["action"] for r in cassette.requeue(RUN)] == ["requeued"]
+        finally:
+            owner.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+            owner.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    ledger = Ledger("postgresql", pg_ledger)
+    assert [a for a, _ in acts(ledger)] == [
+        "post", "post", "post", "claim", "complete", "claim", "release", "claim", "requeue",
+    ]  # fmt: skip
+    assert kinds(ledger, pins) == []
+
+
+def test_signed_workers_racing_on_the_server(
+    pg_ledger: str, tmp_path: Path, keys: dict[str, WorkerKey], pins: Path
+) -> None:
+    """Three processes, three keys, one server: each step claimed and completed once,
+    each attestation its claimer's, verify with the pinned keys finds nothing."""
+    import multiprocessing as mp
+
+    from .test_worker_keys import signed_worker
+
+    steps = 45
+    with MessageCassette(pg_ledger) as cassette:
+        cassette.post_message({"jobs": [{"intent": "i", "steps": [{}] * steps}]}, RUN, "USER")
+    context = mp.get_context("spawn")
+    start, out = context.Event(), context.Queue()
+    workers = [
+        context.Process(
+            target=signed_worker,
+            args=(pg_ledger, worker, str(tmp_path / f"{worker}.key"), start, out),
+        )
+        for worker in keys
+    ]
+    for process in workers:
+        process.start()
+    start.set()
+    results = [out.get(timeout=120) for _ in workers]
+    for process in workers:
+        process.join(120)
+        assert process.exitcode == 0
+    assert [error for _, _, error in results] == [None] * len(workers)
+    assert sum(done for _, done, _ in results) == steps
+    ledger = Ledger("postgresql", pg_ledger)
+    assert len(acts(ledger)) == 2 * steps
+    with psycopg.connect(pg_ledger) as conn:
+        (mismatched,) = conn.execute(
+            "SELECT count(*) FROM cassette_attestations a JOIN cassette_receipts r"
+            " ON r.step_id = a.step_id AND a.act IN ('claim', 'complete')"
+            " WHERE a.worker_id IS DISTINCT FROM r.worker_id"
+        ).fetchone()
+    assert mismatched == 0
+    assert kinds(ledger, pins) == []

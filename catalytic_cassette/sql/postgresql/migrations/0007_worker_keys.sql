@@ -1,10 +1,10 @@
 -- Worker keys on PostgreSQL: the cassette_attestations rows of the SQLite ledger's 0006
 -- (re-created by 0010 and 0011) and the package's TEMP clock guard, held by the server
 -- for every session (LAW.md, "Worker keys" and section 14).
---   * An attestation is checked by one BEFORE INSERT trigger in the order SQLite meets
---     the rules for the same row (its insert guard, the TEMP clock guard, then NOT NULL
---     and the CHECK constraints in column order), so a row breaking several gets
---     SQLite's code. Its id is the next dense id and created_at the transaction's time
+--   * An attestation is checked by one BEFORE INSERT trigger in the order a SQLite
+--     package connection meets the rules for the same row (the TEMP clock guard, the
+--     insert guard, then NOT NULL and the CHECK constraints in column order), so a row
+--     breaking several gets SQLite's code. Its id is the next dense id and created_at the transaction's time
 --     (cassette_tx_ms()), as for every row here: a signer reads that time first, in the
 --     same transaction (cassette_worker_now()), and names it as the statement's `at`.
 --   * A requeue's timing needs the clock: on SQLite a TEMP trigger of package
@@ -54,6 +54,14 @@ BEGIN
     NEW.created_at := cassette_tx_ms();  -- first: the head's lock makes max() the last id
     next_id := (SELECT coalesce(max(attestation_id), 0) + 1 FROM cassette_attestations);
     NEW.attestation_id := next_id;
+    -- SQLite: the package's TEMP cassette_attestations_clock_guard (TEMP triggers fire
+    -- first there); here for every session
+    IF NEW.act = 'requeue' AND EXISTS (
+        SELECT 1 FROM cassette_steps s
+         WHERE s.step_id = NEW.step_id AND s.status = 'LEASED'
+           AND s.fencing_token = NEW.fencing_token AND s.lease_expires_at > NEW.created_at) THEN
+        PERFORM cassette_refuse('LEASE_NOT_EXPIRED: a requeue is attested only after the lease expired');
+    END IF;
     -- SQLite: cassette_attestations_insert_guard
     IF NEW.act IS NULL OR NEW.act NOT IN ('post', 'claim', 'release', 'complete', 'requeue') THEN
         PERFORM cassette_refuse('INVALID_ATTESTATION: act is post, claim, release, complete or requeue');
@@ -102,10 +110,6 @@ BEGIN
         END IF;
         IF NEW.act IN ('release', 'complete') AND NEW.worker_id IS DISTINCT FROM step.lease_owner THEN
             PERFORM cassette_refuse('WRONG_WORKER: only the lease owner releases or completes a step');
-        END IF;
-        -- SQLite: the package's TEMP cassette_attestations_clock_guard; here for everyone
-        IF NEW.act = 'requeue' AND step.lease_expires_at > NEW.created_at THEN
-            PERFORM cassette_refuse('LEASE_NOT_EXPIRED: a requeue is attested only after the lease expired');
         END IF;
     END IF;
     -- NOT NULL, then the CHECK constraints in column order
