@@ -1,12 +1,14 @@
 """Worker keys: signed statements that prove which worker posted, claimed, released,
 completed or requeued (LAW.md, "Worker keys").
 
-Writing: ``attest`` signs the statement of an act and inserts it into
-``cassette_attestations`` before the act's own row, in the caller's transaction; the
-SQL then refuses to end a signed lease without its worker's attested act.
+Writing: ``sign_act`` signs the statement of an act (both backends); ``attest`` inserts
+it into a SQLite ledger's ``cassette_attestations`` before the act's own row, in the
+caller's transaction (on PostgreSQL, postgresql/cassette.py calls ``cassette_attest``);
+the SQL then refuses to end a signed lease without its worker's attested act.
 Checking: ``check_worker_keys`` rebuilds every statement from the rows it attests and
 checks its signature against the keys pinned in a directory, one ``<worker_id>.pub``
-per worker; it also names the entries of pinned workers that carry no attestation.
+per worker; it also names the entries of pinned workers that carry no attestation. It
+reads a SQLite database: a ledger file, or verify's private copy of a PostgreSQL one.
 The Ed25519 machinery (key files, key ids) is signing.py's.
 """
 
@@ -95,6 +97,42 @@ def ledger_id(conn: sqlite3.Connection) -> str:
     return str(row[0])
 
 
+def sign_act(
+    key: WorkerKey,
+    act: str,
+    *,
+    ledger: str,
+    run_id: str,
+    at: int,
+    message_id: int | None = None,
+    step_id: int | None = None,
+    fencing_token: int | None = None,
+    **fields: Any,
+) -> str:
+    """The act's statement signed by ``key``: the signature in base64, as stored.
+
+    The signature is checked against the key's public half first (BAD_SIGNATURE), so a
+    faulty signer cannot leave an attestation verify would reject. Both backends sign
+    through here; only where the row goes differs.
+    """
+    named: dict[str, Any] = (
+        {"message_id": message_id}
+        if act == "post"
+        else {"step_id": step_id, "fencing_token": fencing_token}
+    )
+    signed = statement_bytes(
+        statement(
+            act, ledger=ledger, run_id=run_id, worker_id=key.worker_id, at=at, **named, **fields
+        )
+    )
+    signature = key.sign(signed)
+    if not _valid(key.public, signature, signed):
+        raise CassetteError(
+            ErrorCode.BAD_SIGNATURE, f"the {act} statement's signature does not verify"
+        )
+    return base64.b64encode(signature).decode("ascii")
+
+
 def attest(
     conn: sqlite3.Connection,
     key: WorkerKey,
@@ -107,32 +145,18 @@ def attest(
     fencing_token: int | None = None,
     **fields: Any,
 ) -> None:
-    """Sign the act's statement and record it, inside the caller's write transaction.
-
-    The signature is checked against the key's public half before anything is written
-    (BAD_SIGNATURE), so a faulty signer cannot leave an attestation verify would reject.
-    """
-    named: dict[str, Any] = (
-        {"message_id": message_id}
-        if act == "post"
-        else {"step_id": step_id, "fencing_token": fencing_token}
+    """Sign the act's statement and record it, inside the caller's write transaction."""
+    signature = sign_act(
+        key,
+        act,
+        ledger=ledger_id(conn),
+        run_id=run_id,
+        at=at,
+        message_id=message_id,
+        step_id=step_id,
+        fencing_token=fencing_token,
+        **fields,
     )
-    signed = statement_bytes(
-        statement(
-            act,
-            ledger=ledger_id(conn),
-            run_id=run_id,
-            worker_id=key.worker_id,
-            at=at,
-            **named,
-            **fields,
-        )
-    )
-    signature = key.sign(signed)
-    if not _valid(key.public, signature, signed):
-        raise CassetteError(
-            ErrorCode.BAD_SIGNATURE, f"the {act} statement's signature does not verify"
-        )
     try:
         conn.execute(
             "INSERT INTO cassette_attestations (attestation_id, act, run_id, message_id,"
@@ -147,7 +171,7 @@ def attest(
                 fencing_token,
                 key.worker_id,
                 key.key_id,
-                base64.b64encode(signature).decode("ascii"),
+                signature,
                 at,
             ),
         )

@@ -7,7 +7,9 @@ alike. Every call must return the same result, or be refused with the same code,
 Times differ (a test clock against the server's), so results and journal bodies are
 compared with their times left out; at the end the PostgreSQL ledger is copied into a new
 file, whose SQLite verify must pass: the server wrote entries SQLite's law accepts, byte
-for byte.
+for byte. The second machine runs the same calls with worker w1 signing every act it
+makes (and some requeues): attestations, and the refusals of unsigned acts on its leases,
+alike on both; verify --worker-keys passes on the server and on the copy.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from catalytic_cassette import CassetteError
 from catalytic_cassette.copying import copy_ledger
+from catalytic_cassette.signing import generate
 from catalytic_cassette.verify import verify_path
+from catalytic_cassette.worker_keys import PinnedKey, WorkerKey, load_pinned_keys
 
 from . import postgres
 from .backends import Ledger
@@ -60,14 +64,14 @@ PAYLOAD = st.one_of(
 )
 
 
-def timeless(value: Any) -> Any:
+def timeless(value: Any, drop: tuple[str, ...] = TIMES) -> Any:
     """``value`` with every time field dropped (dicts, lists, journal bodies)."""
     if isinstance(value, dict):
-        return {k: timeless(v) for k, v in value.items() if k not in TIMES}
+        return {k: timeless(v, drop) for k, v in value.items() if k not in drop}
     if isinstance(value, list):
-        return [timeless(v) for v in value]
+        return [timeless(v, drop) for v in value]
     if isinstance(value, tuple):
-        return tuple(timeless(v) for v in value)
+        return tuple(timeless(v, drop) for v in value)
     return value
 
 
@@ -81,6 +85,8 @@ def outcome(call: Any) -> Any:
 class BothBackends(RuleBasedStateMachine):
     server: str = ""
     template: str = ""
+    # what differs between the backends' journals besides time: nothing
+    unshared: tuple[str, ...] = TIMES
 
     def __init__(self) -> None:
         super().__init__()
@@ -161,7 +167,7 @@ class BothBackends(RuleBasedStateMachine):
         for run in RUNS:
             self.same("status", run)
         bodies = [
-            [timeless(orjson.loads(body)) for _, body, _, _ in ledger.journal()]
+            [timeless(orjson.loads(body), self.unshared) for _, body, _, _ in ledger.journal()]
             for ledger in (self.sqlite, self.pg)
         ]
         assert bodies[0] == bodies[1]
@@ -174,17 +180,66 @@ class BothBackends(RuleBasedStateMachine):
             (ms,) = conn.execute("SELECT time_ms + 60000 FROM cassette_head").fetchone()
         return int(ms)
 
+    def pinned(self) -> dict[str, PinnedKey] | None:
+        return None
+
+    def close_sides(self) -> None:
+        self.a.close()
+        self.b.close()
+
     def teardown(self) -> None:
         try:
-            self.a.close()
-            self.b.close()
+            self.close_sides()
             copied = self.tmp / "copy.db"
             copy_ledger(self.url, str(copied))
             # the server's clock was moved forward by the test: verify at the ledger's time
-            report = verify_path(str(copied), now_ms=self.server_time())
+            now = self.server_time()
+            report = verify_path(str(copied), now_ms=now, worker_keys=self.pinned())
             assert report.ok, report.findings
+            if self.pinned() is not None:  # and on the server, by its own verify
+                report = verify_path(self.url, now_ms=now, worker_keys=self.pinned())
+                assert report.ok, report.findings
         finally:
             postgres.drop_database(self.server, self.url)
+
+
+class SignedBothBackends(BothBackends):
+    """w1 holds a worker key: every call in its name goes through a cassette signing as
+    w1 on each backend, and so do batches of posts and the requeues of even steps (and
+    of the whole run); everything else through the unsigned ones. Attestation bodies
+    also differ by signature (each ledger has its own id, and its own times)."""
+
+    keys_dir: str = ""
+    unshared = (*TIMES, "signature")
+
+    def __init__(self) -> None:
+        super().__init__()
+        key = WorkerKey.load("w1", os.path.join(self.keys_dir, "w1.key"))
+        self.signed_a = self.sqlite.open(worker_key=key)
+        self.signed_b = self.pg.open(worker_key=key)
+
+    def same(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        step = args[1] if method == "requeue" and len(args) > 1 else None
+        signing = (
+            "w1" in args
+            or kwargs.get("worker_id") == "w1"
+            or method == "post_messages"
+            or (method == "requeue" and "worker_id" not in kwargs and (step or 0) % 2 == 0)
+        )
+        if not signing:
+            return super().same(method, *args, **kwargs)
+        first = outcome(lambda: getattr(self.signed_a, method)(*copy.deepcopy(args), **kwargs))
+        second = outcome(lambda: getattr(self.signed_b, method)(*copy.deepcopy(args), **kwargs))
+        assert first == second, (method, args, kwargs)
+        return first
+
+    def pinned(self) -> dict[str, PinnedKey] | None:
+        return load_pinned_keys(os.path.join(self.keys_dir, "pins"))
+
+    def close_sides(self) -> None:
+        super().close_sides()
+        self.signed_a.close()
+        self.signed_b.close()
 
 
 @pytest.fixture
@@ -195,6 +250,27 @@ def machine(pg_server: str, pg_template: str) -> type[BothBackends]:
 
 
 def test_both_backends_answer_alike(machine: type[BothBackends]) -> None:
+    run(machine)
+
+
+@pytest.fixture
+def signed_machine(pg_server: str, pg_template: str, tmp_path: Path) -> type[SignedBothBackends]:
+    _, public_path = generate(str(tmp_path / "w1"))
+    (tmp_path / "pins").mkdir()
+    os.rename(public_path, tmp_path / "pins" / "w1.pub")
+    SignedBothBackends.server = pg_server
+    SignedBothBackends.template = pg_template
+    SignedBothBackends.keys_dir = str(tmp_path)
+    return SignedBothBackends
+
+
+def test_both_backends_answer_alike_with_a_signing_worker(
+    signed_machine: type[SignedBothBackends],
+) -> None:
+    run(signed_machine)
+
+
+def run(machine: type[BothBackends]) -> None:
     from hypothesis.stateful import run_state_machine_as_test
 
     run_state_machine_as_test(

@@ -4,6 +4,11 @@ Arguments are checked and encoded by the SQLite class's own helpers; each method
 transaction calling the worker's SECURITY DEFINER functions (0002_roles.sql), so the
 server's triggers hold the law and date every row. Chosen once, when a ledger is opened
 with a PostgreSQL URL (``LedgerFile.__new__``); nothing here branches on the backend.
+
+With a worker key every act is preceded, in its transaction, by its signed attestation
+(0007_worker_keys.sql, ``cassette_attest``): the transaction first reads its own time
+(``_Signer``), which every row it writes will carry and which the statement names as
+``at``; the statement is signed as on SQLite (``worker_keys.sign_act``).
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from ..clock import Clock
 from ..connection import DEFAULT_BUSY_TIMEOUT_MS
 from ..errors import CassetteError, ErrorCode
 from ..lease_limits import DEFAULT_TTL_SECONDS
+from ..worker_keys import sha256_text, sign_act
 from . import connection
-from .ledger import PgLedger, unsupported
+from .anchors import ledger_id
+from .ledger import PgLedger
 from .sqlfiles import query
 
 if TYPE_CHECKING:
@@ -53,9 +60,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
         worker_key: WorkerKey | None = None,
         read_only: bool = False,
     ) -> None:
-        if worker_key is not None:
-            unsupported("signing with a worker key")
-        self.worker_key = None
+        self.worker_key = worker_key
         self._open_ledger(
             db_path,
             clock=clock,
@@ -76,6 +81,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
         ]
         results: list[tuple[int, int]] = []
         with self._writing() as conn:
+            signer = _Signer(conn, self.worker_key) if self.worker_key is not None else None
             for index, (payload_json, plans, run_id, source, key) in enumerate(prepared):
                 params = {
                     "run_id": run_id,
@@ -86,18 +92,24 @@ class PgMessageCassette(PgLedger, MessageCassette):
                     "step_counts": [len(plan.steps) for plan in plans],
                     "step_payloads": [step for plan in plans for step in plan.steps],
                 }
-                row = _indexed(index, len(prepared), self._post_one, conn, params)
+                row = _indexed(index, len(prepared), self._post_one, conn, params, signer)
                 results.append((int(row[0]), int(row[1])))
         return results
 
     @staticmethod
-    def _post_one(conn: psycopg.Connection[Any], params: dict[str, Any]) -> tuple[Any, ...]:
+    def _post_one(
+        conn: psycopg.Connection[Any], params: dict[str, Any], signer: _Signer | None
+    ) -> tuple[Any, ...]:
         # No savepoint per item: the batch is refused whole, so the failing item is named
         # from the loop, and past 64 subtransactions every PostgreSQL visibility check
         # slows (batches of 1,000 posted at 172 messages/s with one savepoint each).
         try:
+            if signer is not None:
+                signer.attest_post(params)
             row = conn.execute(query("post"), params).fetchone()
         except Exception as exc:
+            if isinstance(exc, CassetteError):
+                raise
             raise connection.translate(exc) from exc
         assert row is not None
         return tuple(row)
@@ -112,9 +124,20 @@ class PgMessageCassette(PgLedger, MessageCassette):
         if _integer(n, ErrorCode.INVALID_ARGUMENT, "n") < 1:
             raise CassetteError(ErrorCode.INVALID_ARGUMENT, "n must be at least 1")
         ttl = _ttl_ms(ttl_seconds)
-        rows = self._write(
-            "claim", run_id=run_id, worker_id=worker_id, n=min(n, 2**31 - 1), ttl_ms=ttl
-        )
+        key = self._signing_as(worker_id)
+        if key is None:
+            rows = self._write(
+                "claim", run_id=run_id, worker_id=worker_id, n=min(n, 2**31 - 1), ttl_ms=ttl
+            )
+        else:
+            with self._writing() as conn:
+                signer = _Signer(conn, key)
+                rows = []
+                for _ in range(n):
+                    row = signer.claim(run_id, ttl)
+                    if row is None:
+                        break
+                    rows.append(row)
         return [_leased(row, run_id, worker_id) for row in rows]
 
     # ---------------------------------------------------------------- completes
@@ -131,6 +154,10 @@ class PgMessageCassette(PgLedger, MessageCassette):
         item = _prepare_complete(
             run_id, step_id, worker_id, fencing_token, receipt_payload, outcome
         )
+        key = self._signing_as(worker_id)
+        if key is not None:
+            with self._writing() as conn:
+                return _Signer(conn, key).complete(item)
         run_id, step_id, worker_id, token, outcome, receipt = item
         rows = self._write(
             "complete",
@@ -156,6 +183,18 @@ class PgMessageCassette(PgLedger, MessageCassette):
         item = _prepare_complete(
             run_id, step_id, worker_id, fencing_token, receipt_payload, outcome
         )
+        key = self._signing_as(worker_id)
+        if key is not None:  # the two acts, each attested, as complete_step and claim_step
+            ttl = _ttl_ms(ttl_seconds)
+            with self._writing() as conn:
+                signer = _Signer(conn, key)
+                receipt_id = signer.complete(item)
+                leased = signer.claim(run_id, ttl)
+            return {
+                "receipt_id": receipt_id,
+                "step_id": step_id,
+                "next": None if leased is None else _leased(leased, run_id, worker_id),
+            }
         run_id, step_id, worker_id, token, outcome, receipt = item
         rows = self._write(
             "complete_and_claim",
@@ -181,9 +220,12 @@ class PgMessageCassette(PgLedger, MessageCassette):
             _indexed(index, len(items), _prepare_complete, *item)
             for index, item in enumerate(items)
         ]
+        for index, item in enumerate(prepared):
+            _indexed(index, len(prepared), self._signing_as, item[2])
         with self._writing() as conn:
+            signer = _Signer(conn, self.worker_key) if self.worker_key is not None else None
             receipts = [
-                _indexed(index, len(prepared), _complete_item, conn, item)
+                _indexed(index, len(prepared), _complete_item, conn, item, signer)
                 for index, item in enumerate(prepared)
             ]
         return receipts
@@ -214,15 +256,34 @@ class PgMessageCassette(PgLedger, MessageCassette):
                 )
             _name(worker_id, ErrorCode.INVALID_WORKER, "worker_id")
             _integer(fencing_token, ErrorCode.INVALID_TOKEN, "fencing_token")
-            self._write(
-                "release",
-                run_id=run_id,
-                step_id=step_id,
-                worker_id=worker_id,
-                fencing_token=fencing_token,
-            )
+            key = self._signing_as(worker_id)
+            release = {
+                "run_id": run_id,
+                "step_id": step_id,
+                "worker_id": worker_id,
+                "fencing_token": fencing_token,
+            }
+            if key is None:
+                self._write("release", **release)
+            else:
+                with self._writing() as conn:
+                    signer = _Signer(conn, key)
+                    signer.attest("release", run_id, step_id=step_id, fencing_token=fencing_token)
+                    conn.execute(query("release"), release)
             return [{"step_id": step_id, "action": "released", "fencing_token": fencing_token}]
-        rows = self._write("requeue", run_id=run_id, step_id=step_id, max_attempts=max_attempts)
+        requeue = {"run_id": run_id, "step_id": step_id, "max_attempts": max_attempts}
+        if self.worker_key is None:
+            rows = self._write("requeue", **requeue)
+        else:  # whoever requeues signs each expired lease it ends, before ending them
+            with self._writing() as conn:
+                signer = _Signer(conn, self.worker_key)
+                expired = conn.execute(
+                    query("expired_leases_of_run"),
+                    {"run_id": run_id, "step_id": step_id, "now": signer.now},
+                ).fetchall()
+                for sid, token in expired:
+                    signer.attest("requeue", run_id, step_id=sid, fencing_token=token)
+                rows = [tuple(row) for row in conn.execute(query("requeue"), requeue)]
         return [{"step_id": s, "action": a, "fencing_token": t} for s, a, t in rows]
 
     # -------------------------------------------------------------------- reads
@@ -269,7 +330,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
         self, run_id: str | None = None, *, worker_keys: dict[str, PinnedKey] | None = None
     ) -> VerifyReport:
         """verify on this ledger, in its own snapshot (postgresql/verify.py), judged by
-        the ledger's clock as on SQLite; worker keys are not ported (BACKEND_UNSUPPORTED)."""
+        the ledger's clock as on SQLite; with ``worker_keys``, every attestation."""
         from ..verify import VerifyOptions
         from .verify import verify_url
 
@@ -309,12 +370,122 @@ def _complete(conn: psycopg.Connection[Any], item: _Completion) -> int:
     return int(row[0])
 
 
-def _complete_item(conn: psycopg.Connection[Any], item: _Completion) -> int:
+def _complete_item(conn: psycopg.Connection[Any], item: _Completion, signer: _Signer | None) -> int:
     """One completion of a batch, its refusal translated so that the batch can name its
     index (no savepoint: the batch is refused whole; see ``_post_one``)."""
     try:
-        return _complete(conn, item)
+        return _complete(conn, item) if signer is None else signer.complete(item)
     except Exception as exc:
         if isinstance(exc, CassetteError):
             raise
         raise connection.translate(exc) from exc
+
+
+class _Signer:
+    """A worker key signing acts inside one transaction of a PostgreSQL ledger.
+
+    Made first thing in the transaction: ``cassette_worker_now()`` takes the head, so the
+    time it returns is the ``created_at`` of every row this transaction writes (the
+    statements' ``at``), and nothing another session commits can come between a read
+    below and the act it signs. Each act is attested, then made, through the worker's
+    functions; the server's triggers check both (0007_worker_keys.sql).
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any], key: WorkerKey) -> None:
+        self.conn = conn
+        self.key = key
+        row = conn.execute(query("worker_now")).fetchone()
+        assert row is not None
+        self.now = int(row[0])
+        self.ledger = ledger_id(conn)
+
+    def attest(
+        self,
+        act: str,
+        run_id: str,
+        *,
+        message_id: int | None = None,
+        step_id: int | None = None,
+        fencing_token: int | None = None,
+        **fields: Any,
+    ) -> None:
+        signature = sign_act(
+            self.key,
+            act,
+            ledger=self.ledger,
+            run_id=run_id,
+            at=self.now,
+            message_id=message_id,
+            step_id=step_id,
+            fencing_token=fencing_token,
+            **fields,
+        )
+        self.conn.execute(
+            query("attest"),
+            {
+                "act": act,
+                "run_id": run_id,
+                "message_id": message_id,
+                "step_id": step_id,
+                "fencing_token": fencing_token,
+                "worker_id": self.key.worker_id,
+                "key_id": self.key.key_id,
+                "signature": signature,
+            },
+        )
+
+    def attest_post(self, params: dict[str, Any]) -> None:
+        """A new message's post, under the next message_id; an idempotent repeat (which
+        writes nothing) is not attested, as on SQLite."""
+        key = params["idempotency_key"]
+        if key is not None:
+            found = self.conn.execute(
+                query("message_by_key"), {"run_id": params["run_id"], "idempotency_key": key}
+            ).fetchone()
+            if found is not None:
+                return
+        row = self.conn.execute(query("next_message_id")).fetchone()
+        assert row is not None
+        self.attest(
+            "post",
+            params["run_id"],
+            message_id=int(row[0]),
+            source=params["source"],
+            idempotency_key=key,
+            payload_sha256=sha256_text(params["payload_json"]),
+        )
+
+    def claim(self, run_id: str, ttl_ms: int) -> tuple[Any, ...] | None:
+        """Lease the run's next PENDING step, attested first; its row, or None."""
+        found = self.conn.execute(query("next_pending"), {"run_id": run_id}).fetchone()
+        if found is None:
+            return None
+        step_id, token = int(found[0]), int(found[1])
+        self.attest(
+            "claim",
+            run_id,
+            step_id=step_id,
+            fencing_token=token,
+            lease_expires_at=self.now + ttl_ms,
+        )
+        leased = self.conn.execute(
+            query("claim"),
+            {"run_id": run_id, "worker_id": self.key.worker_id, "n": 1, "ttl_ms": ttl_ms},
+        ).fetchone()
+        if leased is None or leased[0] != step_id:
+            # another session holds the step's row lock (claims skip locked rows): the
+            # attested step was not the one leased, so nothing is kept
+            raise CassetteError(ErrorCode.BUSY, f"step {step_id} is locked by another session")
+        return tuple(leased)
+
+    def complete(self, item: _Completion) -> int:
+        run_id, step_id, _, token, outcome, receipt = item
+        self.attest(
+            "complete",
+            run_id,
+            step_id=step_id,
+            fencing_token=token,
+            outcome=outcome,
+            receipt_sha256=sha256_text(receipt),
+        )
+        return _complete(self.conn, item)

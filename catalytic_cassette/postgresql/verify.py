@@ -46,7 +46,7 @@ from ..verify.findings import Collector, Finding, FindingKind, Severity, VerifyR
 from ..verify.options import Level, VerifyOptions
 from ..verify.schema import check_ledger_id, meta_is_a_cassettes
 from ..verify.seals import UNANCHORED_NOTE, check_recorded_seals, judge_anchors, recorded_seals
-from ..verify.signatures import check_signatures
+from ..verify.signatures import check_signatures, check_worker_signatures
 from ..verify.state import check_state
 from ..verify.tables import TABLES
 from ..verify.timeline import check_time
@@ -64,14 +64,9 @@ def verify_url(url: str, options: VerifyOptions | None = None, /, **overrides: A
     """Verify the PostgreSQL ledger at ``url`` (``verify_path`` sends a URL here).
 
     Raises CassetteError when the ledger cannot be verified at all (unreachable:
-    CANNOT_OPEN, not a ledger, a newer schema, worker keys: BACKEND_UNSUPPORTED; exit
-    code 3); a tampered ledger gives findings."""
+    CANNOT_OPEN, not a ledger, a newer schema; exit code 3); a tampered ledger gives
+    findings."""
     options = replace(options or VerifyOptions(), **overrides)
-    if options.worker_keys is not None:
-        raise CassetteError(
-            ErrorCode.BACKEND_UNSUPPORTED,
-            "worker keys are not available on a PostgreSQL ledger yet: nothing to check",
-        )
     connection._require_psycopg()
     import psycopg
 
@@ -166,6 +161,9 @@ def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyRepo
                 out.merge(_check_rows(mirror.conn, options, now_ms))
                 if options.public_key is not None:
                     check_signatures(mirror.conn, out, options.public_key)
+                if options.worker_keys is not None:
+                    mirror.shape_for_worker_keys(conn)
+                    check_worker_signatures(mirror.conn, out, options.worker_keys)
             else:
                 report.notes.append(
                     "tables differ from the migrations: state and consistency not checked"
@@ -388,6 +386,31 @@ class Mirror:
                 )
             self.conn.execute("COMMIT")
 
+    def shape_for_worker_keys(self, conn: psycopg.Connection[Any]) -> None:
+        """What ``worker_keys.check_worker_keys`` reads besides the copied tables, in
+        TEMP tables of this copy (they shadow the main ones for that check, which runs
+        last): the ledger's cassette_meta as read in the snapshot (not journaled, so not
+        copied), and the journal with its table name and key taken from each body as
+        SQLite's generated columns take them (PostgreSQL stores the key as its JSON text,
+        which ``check_journal_columns`` compared with the body already)."""
+        self.conn.execute("CREATE TEMP TABLE cassette_meta (key TEXT PRIMARY KEY, value TEXT)")
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO temp.cassette_meta (key, value) VALUES (?, ?)",
+            [(str(k), str(v)) for k, v in conn.execute(query("verify_meta"))],
+        )
+        self.conn.execute(
+            "CREATE TEMP TABLE cassette_journal (seq INTEGER PRIMARY KEY, body TEXT, tbl TEXT,"
+            " row_key)"
+        )
+        self.conn.execute(
+            "INSERT INTO temp.cassette_journal (seq, body, tbl, row_key)"
+            " SELECT seq, body, json_extract(body, '$.table'), json_extract(body, '$.key')"
+            " FROM main.cassette_journal WHERE json_valid(body) ORDER BY seq"
+        )
+        self.conn.execute(
+            "CREATE INDEX temp.cassette_journal_by_row ON cassette_journal (tbl, row_key, seq)"
+        )
+
     def close(self) -> None:
         self.conn.close()
 
@@ -395,8 +418,11 @@ class Mirror:
 # SQLite's type affinity for a server column type (the catalog's format_type).
 _AFFINITY = {"bigint": "INTEGER", "integer": "INTEGER", "text": "TEXT"}
 # The lookups check_consistency makes by a column that is not the table's rowid.
+# (and check_worker_keys makes, per attestation, receipt and release, by step)
 _LOOKUPS = (
     ("cassette_jobs", "message_id"),
     ("cassette_steps", "job_id"),
     ("cassette_receipts", "step_id"),
+    ("cassette_releases", "step_id"),
+    ("cassette_attestations", "step_id"),
 )

@@ -28,6 +28,36 @@ SELECT cassette_release(%(run_id)s, %(step_id)s, %(worker_id)s, %(fencing_token)
 SELECT step_id, action, fencing_token
   FROM cassette_requeue(%(run_id)s, %(step_id)s, %(max_attempts)s);
 
+-- ------------------------------------------------------------- worker keys
+-- A signing worker's transaction: the time first (it takes the head, so what is read
+-- next holds until commit), then for each act the row it will make, its attestation
+-- (0007_worker_keys.sql), and the act itself through the functions above.
+
+-- name: worker_now
+SELECT cassette_worker_now();
+
+-- name: attest
+SELECT cassette_attest(%(act)s, %(run_id)s, %(message_id)s, %(step_id)s, %(fencing_token)s,
+                       %(worker_id)s, %(key_id)s, %(signature)s);
+
+-- name: next_message_id
+SELECT coalesce(max(message_id), 0) + 1 FROM cassette_messages;
+
+-- name: message_by_key
+SELECT message_id FROM cassette_messages
+ WHERE run_id = %(run_id)s AND idempotency_key = %(idempotency_key)s;
+
+-- name: next_pending
+SELECT step_id, fencing_token + 1 FROM cassette_steps
+ WHERE run_id = %(run_id)s AND status = 'PENDING'
+ ORDER BY message_id, job_ordinal, ordinal LIMIT 1;
+
+-- name: expired_leases_of_run
+SELECT step_id, fencing_token FROM cassette_steps
+ WHERE run_id = %(run_id)s AND status = 'LEASED' AND lease_expires_at <= %(now)s
+   AND (%(step_id)s::bigint IS NULL OR step_id = %(step_id)s)
+ ORDER BY step_id;
+
 -- name: steps_by_status
 SELECT status, count(*) FROM cassette_steps WHERE run_id = %(run_id)s GROUP BY status;
 
