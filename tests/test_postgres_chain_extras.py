@@ -544,3 +544,17 @@ def test_an_action_entry_keeps_its_bare_key(pg_ledger: str) -> None:
         conn.execute("UPDATE cassette_journal SET row_key = %s WHERE seq = 0", (f'"{uid(1)}"',))
     report = verify_path(pg_ledger)
     assert [(f.kind.value, f.seq) for f in report.findings] == [("journal_columns", 0)]
+
+
+def test_a_refused_item_of_a_signed_batch_is_named_and_nothing_is_written(
+    target: str, keys: tuple[Path, Path]
+) -> None:
+    with CausalChain(target, signing_key=keys[0]) as chain:
+        chain.append_action(act(action_id=uid(1)))
+        with pytest.raises(CassetteError) as refused:
+            chain.append_actions(
+                [act(action_id=uid(2)), act(action_id=uid(1))], suggest_causes=True
+            )
+        assert refused.value.code is ErrorCode.APPEND_ONLY
+        assert refused.value.detail["index"] == 1
+        assert [a.action_id for a in chain.find_actions()] == [uid(1)]
