@@ -207,12 +207,12 @@ def _check_entry(
     ):
         report.add("row_changed", action_id, "the row differs from its journal entry", seq)
     leaf = leaf_hash(encoded)
-    if leaf != bytes(stored_leaf):
+    if leaf != stored_leaf:
         report.add("leaf_hash", action_id, "the entry's leaf hash is not SHA-256 of its body", seq)
         return None
     before = fetch("session_chain_hash", {"seq": seq - 1})
-    prev = ZERO_HASH if seq == 0 else (bytes(before[0][0]) if before else None)
-    if prev is None or chain_hash(seq, prev, leaf) != bytes(stored_chain):
+    prev = ZERO_HASH if seq == 0 else (before[0][0] if before else None)
+    if prev is None or chain_hash(seq, prev, leaf) != stored_chain:
         report.add("chain_hash", action_id, "the entry does not link to the one before", seq)
     return seq, encoded
 

@@ -8,8 +8,8 @@ decoded by the functions the SQLite class decodes with. Signatures and suggested
 are made as SQLite makes them, once the transaction's time is known (``_append``);
 artifact files live in a folder the caller names (there is no "beside" a URL). Whatever
 is not ported raises BACKEND_UNSUPPORTED, so no SQLite code ever runs on a psycopg
-connection. Chosen once, when
-a ledger is opened with a PostgreSQL URL (``LedgerFile.__new__``).
+connection. Chosen once, when a ledger is opened with a PostgreSQL URL
+(``LedgerFile.__new__``).
 """
 
 from __future__ import annotations
@@ -98,13 +98,13 @@ class PgCausalChain(PgLedger, CausalChain):
     def _append(
         self, conn: psycopg.Connection[Any], prepared: list[_Prepared], suggest: str | None = None
     ) -> list[Action]:
-        """``_append`` in the caller's transaction, each row first given what SQLite's
+        """``_call_append`` in the caller's transaction, each row first given what SQLite's
         ``_insert_one`` gives it: suggested causes read at the row's time, then the
         signature of the row as it will be stored. Both need the row's time before it is
         sent: the head is taken first (``append_time``, migration 0008), which fixes the
         transaction's time and lets nothing else commit until this one does."""
         if suggest is None and self._signing_key is None:
-            return _append(conn, prepared)
+            return _call_append(conn, prepared)
         got = conn.execute(query("append_time")).fetchone()
         assert got is not None
         now = int(got[0])
@@ -118,7 +118,7 @@ class PgCausalChain(PgLedger, CausalChain):
             if self._signing_key is not None:
                 row[_METADATA] = self._signed_metadata(row)
             try:
-                stored.extend(_append(conn, [item]))
+                stored.extend(_call_append(conn, [item]))
             except CassetteError as refused:
                 refused.detail["index"] = index
                 raise
@@ -403,7 +403,7 @@ def _url_artifacts(artifact_dir: str | os.PathLike[str] | None) -> ArtifactStore
     return ArtifactStore(root, Path(os.path.realpath(root)).parent)
 
 
-def _append(conn: psycopg.Connection[Any], prepared: list[_Prepared]) -> list[Action]:
+def _call_append(conn: psycopg.Connection[Any], prepared: list[_Prepared]) -> list[Action]:
     """Insert prepared actions in the caller's transaction, one call each; a refusal
     names its item (``detail["index"]``) and leaves the transaction to roll back."""
     stored = []
