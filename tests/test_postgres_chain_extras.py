@@ -22,7 +22,7 @@ from catalytic_cassette import CassetteError, ErrorCode
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.cli import cli
 from catalytic_cassette.session_verify import verify_session_path
-from catalytic_cassette.signing import check, generate, load_private, load_public
+from catalytic_cassette.signing import check, generate, load_public
 from catalytic_cassette.verify import verify_path
 
 psycopg = pytest.importorskip("psycopg")
@@ -425,7 +425,6 @@ def sealed(pg_ledger: str, tmp_path: Path) -> Iterator[tuple[str, Path, Path, st
     assert result.exit_code == 0, result.output
     (seal_file,) = seals.iterdir()
     origin = seal_file.read_text().splitlines()[0]
-    load_private(private)  # (the key works)
     yield pg_ledger, seal_file, public, origin
 
 
