@@ -10,20 +10,21 @@ the bundle could leave one out), and says so.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from . import merkle
-from .connection import read_transaction
 from .errors import CassetteError, ErrorCode
 from .note import Checkpoint, NoteError, open_note, parse_note
-from .tree import StoredTree
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from .proofs import ProofSource
 
 FORMAT = "catalytic-cassette/bundle@v1"
 SCOPES = {"session_id", "plan_id"}
@@ -32,22 +33,29 @@ SCOPES = {"session_id", "plan_id"}
 def export_lines(
     conn: sqlite3.Connection, scope: str, value: str, seal_note: bytes | None = None
 ) -> Iterator[bytes]:
-    """The bundle's lines (without newlines), read in one snapshot.
+    """``bundle_lines`` of a SQLite ledger."""
+    from .proofs import SqliteProofSource
+
+    return bundle_lines(SqliteProofSource(conn), scope, value, seal_note)
+
+
+def bundle_lines(
+    source: ProofSource, scope: str, value: str, seal_note: bytes | None = None
+) -> Iterator[bytes]:
+    """The bundle's lines (without newlines), read in one snapshot of either backend.
 
     Without ``seal_note`` the newest recorded seal is used; every entry of the scope
-    must lie under it (else NOT_FOUND: seal first).
+    must lie under it (else NOT_FOUND: seal first). The lines depend only on the journal
+    and the seal, so two ledgers with the same journal give the same bytes.
     """
     if scope not in SCOPES:
         raise CassetteError(ErrorCode.INVALID_ARGUMENT, f"scope must be one of {sorted(SCOPES)}")
-    with read_transaction(conn):
-        note = seal_note if seal_note is not None else _newest_seal(conn)
+    with source.snapshot():
+        note = seal_note if seal_note is not None else source.newest_seal()
+        if note is None:
+            raise CassetteError(ErrorCode.NOT_FOUND, "the ledger has no seal: run `cassette seal`")
         checkpoint = Checkpoint.from_text(parse_note(note).text)
-        entries = conn.execute(
-            "SELECT j.seq, j.body FROM cassette_actions a JOIN cassette_journal j"
-            "  ON j.tbl = 'cassette_actions' AND j.row_key = a.action_id"
-            f" WHERE a.{scope} = ? ORDER BY j.seq",
-            (value,),
-        ).fetchall()
+        entries = source.action_entries(scope, value)
         if not entries:
             raise CassetteError(ErrorCode.NOT_FOUND, f"no actions with {scope} {value}")
         if entries[-1][0] >= checkpoint.size:
@@ -56,7 +64,7 @@ def export_lines(
                 f"entry {entries[-1][0]} is after the seal of size {checkpoint.size}:"
                 " run `cassette seal` first",
             )
-        tree = StoredTree(conn)
+        tree = source.tree()
         lines = [
             orjson.dumps(
                 {
@@ -83,13 +91,6 @@ def export_lines(
                 )
             lines.append(orjson.dumps({"seq": seq, "body": body, "proof": [h.hex() for h in path]}))
     yield from lines
-
-
-def _newest_seal(conn: sqlite3.Connection) -> bytes:
-    row = conn.execute("SELECT note FROM cassette_seals ORDER BY seal_id DESC LIMIT 1").fetchone()
-    if row is None:
-        raise CassetteError(ErrorCode.NOT_FOUND, "the ledger has no seal: run `cassette seal`")
-    return str(row[0]).encode("utf-8")
 
 
 def verify_bundle(data: bytes, public_key: Ed25519PublicKey, origin: str) -> dict[str, Any]:

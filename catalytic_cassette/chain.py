@@ -24,6 +24,7 @@ from .clock import Clock
 from .connection import DEFAULT_BUSY_TIMEOUT_MS
 from .errors import CassetteError, ErrorCode, translate
 from .ledger import LedgerFile
+from .reasoning import Fetch, sqlite_fetch
 from .sessions import SessionWorkingSet
 
 if TYPE_CHECKING:
@@ -155,7 +156,8 @@ class CausalChain(LedgerFile):
         """One row by its own statement: what suggested causes (which read the rows
         inserted before this one) and signatures (which sign the row) need."""
         if suggest is not None:
-            row[_METADATA] = self._with_suggestions(conn, row, suggest, now)
+            fetch = sqlite_fetch(conn, dependencies.SQLITE_READS)
+            row[_METADATA] = self._with_suggestions(fetch, row, suggest, now)
         if self._signing_key is not None:
             row[_METADATA] = self._signed_metadata(row)
         try:
@@ -174,12 +176,12 @@ class CausalChain(LedgerFile):
                 self._sessions[action.session_id].add(action)
 
     @staticmethod
-    def _with_suggestions(conn: sqlite3.Connection, row: list[Any], scope: str, now: int) -> str:
-        """The row's metadata with the suggested causes, read in the write transaction
-        (so they are exactly the actions committed before this one)."""
+    def _with_suggestions(fetch: Fetch, row: list[Any], scope: str, now: int) -> str:
+        """The row's metadata with the suggested causes, read through ``fetch`` in the
+        write transaction (so they are exactly the actions committed before this one)."""
         metadata: dict[str, Any] = payloads.loads(row[_METADATA])
         value = row[_INSERTED.index(dependencies.SCOPES[scope])]
-        found = [] if value is None else dependencies.candidates(conn, scope, value, at_ms=now)
+        found = [] if value is None else dependencies.candidates_of(fetch, scope, value, at_ms=now)
         metadata["suggested_causes"] = [
             {"action_id": c["action_id"], "reason": c["reason"][:500]} for c in found
         ]

@@ -56,6 +56,13 @@ class ProofSource(Protocol):
 
     def receipt_seq(self, receipt_id: int) -> int | None: ...
 
+    def newest_seal(self) -> bytes | None: ...
+
+    def action_entries(self, scope: str, value: str) -> list[tuple[int, str]]:
+        """(seq, body) of the journal entries of the actions whose ``scope`` column
+        (``bundle.SCOPES``, never a caller's text) is ``value``, in seq order."""
+        ...
+
     def tree(self) -> ProofTree: ...
 
 
@@ -86,8 +93,32 @@ class SqliteProofSource:
         ).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
+    def newest_seal(self) -> bytes | None:
+        row = self.conn.execute(
+            "SELECT note FROM cassette_seals ORDER BY seal_id DESC LIMIT 1"
+        ).fetchone()
+        return None if row is None else str(row[0]).encode("utf-8")
+
+    def action_entries(self, scope: str, value: str) -> list[tuple[int, str]]:
+        rows = self.conn.execute(
+            "SELECT j.seq, j.body FROM cassette_actions a JOIN cassette_journal j"
+            "  ON j.tbl = 'cassette_actions' AND j.row_key = a.action_id"
+            f" WHERE a.{scope_column(scope)} = ? ORDER BY j.seq",
+            (value,),
+        ).fetchall()
+        return [(int(seq), str(body)) for seq, body in rows]
+
     def tree(self) -> ProofTree:
         return StoredTree(self.conn)
+
+
+def scope_column(scope: str) -> str:
+    """A bundle's scope column, checked against the fixed set before it is spliced."""
+    from .bundle import SCOPES
+
+    if scope not in SCOPES:
+        raise CassetteError(ErrorCode.INVALID_ARGUMENT, f"scope must be one of {sorted(SCOPES)}")
+    return scope
 
 
 def prove_inclusion(conn: sqlite3.Connection, seq: int, seal_note: bytes | None) -> TlogProof:

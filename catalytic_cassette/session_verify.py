@@ -7,11 +7,15 @@ It reads through the indexes on session_id and on the journal's (table, key): un
 the full verify it trusts those indexes, so a row an attacker hid from an index is the
 full verify's to find (integrity_check). What it proves is that each action it finds
 is the one its journal entry recorded and, under a seal, the one the signed tree holds.
+
+The checks read through a ``reasoning.Fetch`` of named statements (SQLite's are
+``SQLITE_READS``, PostgreSQL's the same names in ``sql/postgresql/queries.sql``) and a
+``proofs.ProofTree``, so one copy of them serves both backends.
 """
 
 from __future__ import annotations
 
-import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,15 +28,24 @@ from .connection import connect_readonly, read_transaction
 from .errors import CassetteError, ErrorCode
 from .hashing import ZERO_HASH, chain_hash, leaf_hash, sha256_hex
 from .migrate import current_version, schema_version
-from .tree import StoredTree
+from .reasoning import Fetch, sqlite_fetch
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-_ENTRIES = (
-    "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal"
-    " WHERE tbl = 'cassette_actions' AND row_key = ? ORDER BY seq"
-)
+    from .proofs import ProofTree
+
+# The named reads of a session's check, on SQLite.
+SQLITE_READS: dict[str, str] = {
+    "session_actions": f"SELECT {SELECT_COLUMNS} FROM cassette_actions"
+    " WHERE session_id = :session_id ORDER BY action_seq",
+    "session_entries": "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal"
+    " WHERE tbl = 'cassette_actions' AND row_key = :action_id ORDER BY seq",
+    "session_chain_hash": "SELECT chain_hash FROM cassette_journal WHERE seq = :seq",
+    "session_cause_time": "SELECT timestamp FROM cassette_actions WHERE action_id = :action_id",
+}
 
 
 @dataclass
@@ -72,11 +85,25 @@ def verify_session_path(
     seal_key: Ed25519PublicKey | None = None,
     origin: str | None = None,
 ) -> SessionReport:
-    """Open the file read-only and verify one session in one read snapshot.
+    """Open the ledger read-only and verify one session in one read snapshot (a
+    PostgreSQL URL: ``postgresql.sessions.verify_session_url``).
 
     Raises CassetteError (the CLI's "cannot verify") for a file that is not a cassette,
     a newer schema, or a session with no actions.
     """
+    from .postgresql import is_postgres_url
+
+    if is_postgres_url(path):
+        from .postgresql.sessions import verify_session_url
+
+        return verify_session_url(
+            path,
+            session_id,
+            public_key=public_key,
+            anchors=anchors,
+            seal_key=seal_key,
+            origin=origin,
+        )
     conn = connect_readonly(path)
     try:
         version = schema_version(conn)
@@ -104,21 +131,44 @@ def verify_session(
     seal_key: Ed25519PublicKey | None = None,
     origin: str | None = None,
 ) -> SessionReport:
+    """``verify_session_of`` on a SQLite connection (inside the caller's snapshot)."""
+    from .tree import StoredTree
+
+    return verify_session_of(
+        sqlite_fetch(conn, SQLITE_READS),
+        lambda: StoredTree(conn),
+        session_id,
+        public_key=public_key,
+        anchors=anchors,
+        seal_key=seal_key,
+        origin=origin,
+    )
+
+
+def verify_session_of(
+    fetch: Fetch,
+    tree_of: Callable[[], ProofTree],
+    session_id: str,
+    *,
+    public_key: Ed25519PublicKey | None = None,
+    anchors: list[Anchor] | None = None,
+    seal_key: Ed25519PublicKey | None = None,
+    origin: str | None = None,
+) -> SessionReport:
+    """One session's checks through any backend's reads, all in the caller's snapshot;
+    ``tree_of`` gives the ledger's Merkle tree (only read with anchors)."""
     report = SessionReport(session_id)
-    rows = conn.execute(
-        f"SELECT {SELECT_COLUMNS} FROM cassette_actions WHERE session_id = ? ORDER BY action_seq",
-        (session_id,),
-    ).fetchall()
+    rows = fetch("session_actions", {"session_id": session_id})
     if not rows:
         raise CassetteError(ErrorCode.NOT_FOUND, f"no actions in session {session_id}")
     report.actions = len(rows)
     entries: list[tuple[str, int, bytes]] = []  # (action_id, seq, body) of sound entries
     for values in rows:
         row = dict(zip(COLUMNS, values, strict=True))
-        found = _check_entry(conn, report, row)
+        found = _check_entry(fetch, report, row)
         if found is not None:
             entries.append((row["action_id"], *found))
-        _check_cause(conn, report, row)
+        _check_cause(fetch, report, row)
         _check_plan_hash(report, row)
         if public_key is not None:
             from .signing import check
@@ -129,16 +179,16 @@ def verify_session(
     if anchors is not None:
         if seal_key is None or origin is None:
             raise CassetteError(ErrorCode.INVALID_ARGUMENT, "anchors need a public key and origin")
-        _check_anchors(conn, report, entries, anchors, seal_key, origin)
+        _check_anchors(tree_of, report, entries, anchors, seal_key, origin)
     return report
 
 
 def _check_entry(
-    conn: sqlite3.Connection, report: SessionReport, row: dict[str, Any]
+    fetch: Fetch, report: SessionReport, row: dict[str, Any]
 ) -> tuple[int, bytes] | None:
     """The action's one journal entry: its body records this row, its hashes hold."""
     action_id = row["action_id"]
-    found = conn.execute(_ENTRIES, (action_id,)).fetchall()
+    found = fetch("session_entries", {"action_id": action_id})
     if not found:
         report.add("unjournaled", action_id, "no journal entry records this action")
         return None
@@ -160,10 +210,8 @@ def _check_entry(
     if leaf != stored_leaf:
         report.add("leaf_hash", action_id, "the entry's leaf hash is not SHA-256 of its body", seq)
         return None
-    before = conn.execute(
-        "SELECT chain_hash FROM cassette_journal WHERE seq = ?", (seq - 1,)
-    ).fetchone()
-    prev = ZERO_HASH if seq == 0 else (before[0] if before else None)
+    before = fetch("session_chain_hash", {"seq": seq - 1})
+    prev = ZERO_HASH if seq == 0 else (before[0][0] if before else None)
     if prev is None or chain_hash(seq, prev, leaf) != stored_chain:
         report.add("chain_hash", action_id, "the entry does not link to the one before", seq)
     return seq, encoded
@@ -177,12 +225,11 @@ def _same_row(recorded: Any, row: dict[str, Any]) -> bool:
     return all(recorded.get(k, None) == v for k, v in row.items())
 
 
-def _check_cause(conn: sqlite3.Connection, report: SessionReport, row: dict[str, Any]) -> None:
+def _check_cause(fetch: Fetch, report: SessionReport, row: dict[str, Any]) -> None:
     if row["caused_by"] is None:
         return
-    cause = conn.execute(
-        "SELECT timestamp FROM cassette_actions WHERE action_id = ?", (row["caused_by"],)
-    ).fetchone()
+    found = fetch("session_cause_time", {"action_id": row["caused_by"]})
+    cause = found[0] if found else None
     if cause is None:
         report.add("cause_missing", row["action_id"], f"no cause {row['caused_by']}")
     elif cause[0] > row["timestamp"]:
@@ -202,7 +249,7 @@ def _check_plan_hash(report: SessionReport, row: dict[str, Any]) -> None:
 
 
 def _check_anchors(
-    conn: sqlite3.Connection,
+    tree_of: Callable[[], ProofTree],
     report: SessionReport,
     entries: list[tuple[str, int, bytes]],
     anchors: list[Anchor],
@@ -227,7 +274,7 @@ def _check_anchors(
     newest = max(opened, key=lambda a: a.checkpoint.size)  # type: ignore[union-attr]
     checkpoint = newest.checkpoint
     assert checkpoint is not None
-    tree = StoredTree(conn)
+    tree = tree_of()
     if checkpoint.size > tree.size():
         newest.status = "truncated"
         report.add("truncated", None, f"the seal covers {checkpoint.size} entries")

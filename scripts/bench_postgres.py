@@ -732,16 +732,24 @@ def workload_append(server: Server, args: argparse.Namespace, report: dict[str, 
         "duration_ms": 3,
     }
 
-    def ours(batched: bool) -> Callable[[str], float]:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    signer = Ed25519PrivateKey.generate()
+
+    def ours(
+        batched: bool, *, signed: bool = False, suggest: bool = False
+    ) -> Callable[[str], float]:
         def run(url: str) -> float:
-            with CausalChain(url) as chain:
+            with CausalChain(url, signing_key=signer if signed else None) as chain:
                 started = time.perf_counter()
                 if batched:
                     for start in range(0, count, batch):
-                        chain.append_actions([action] * min(batch, count - start))
+                        chain.append_actions(
+                            [action] * min(batch, count - start), suggest_causes=suggest
+                        )
                 else:
                     for _ in range(count):
-                        chain.append_action(action)
+                        chain.append_action(action, suggest_causes=suggest)
                 return count / (time.perf_counter() - started)
 
         return run
@@ -772,6 +780,10 @@ def workload_append(server: Server, args: argparse.Namespace, report: dict[str, 
         "raw single": ("tpl_append_raw", raw(False)),
         f"ours batch {batch}": ("tpl_append_ours", ours(True)),
         f"raw batch {batch}": ("tpl_append_raw", raw(True)),
+        # the chain's extras: the head taken first, then one call per row (0008)
+        "ours signed single": ("tpl_append_ours", ours(False, signed=True)),
+        "ours suggest single": ("tpl_append_ours", ours(False, suggest=True)),
+        f"ours signed batch {batch}": ("tpl_append_ours", ours(True, signed=True)),
     }
     samples: Samples = {name: [] for name in contenders}
     for _ in range(args.reps):
@@ -787,6 +799,9 @@ def workload_append(server: Server, args: argparse.Namespace, report: dict[str, 
     med = {label: statistics.median(v) for label, v in samples.items()}
     for mode in ("single", f"batch {batch}"):
         out(f"  {mode}: ours/raw = {med[f'ours {mode}'] / med[f'raw {mode}']:.2f}")
+    for extra, mode in (("signed", "single"), ("suggest", "single"), ("signed", f"batch {batch}")):
+        ratio = med[f"ours {extra} {mode}"] / med[f"ours {mode}"]
+        out(f"  {mode}: ours {extra}/ours = {ratio:.2f}")
     report["append"] = {"samples": samples, "count": count, "batch": batch}
 
 

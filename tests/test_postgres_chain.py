@@ -804,8 +804,6 @@ def test_every_public_method_is_ported_or_pure() -> None:
 UNSUPPORTED: list[tuple[str, Callable[[CausalChain], Any]]] = [
     ("write", lambda c: c.write()),
     ("ledger_now", lambda c: c.ledger_now(None)),  # type: ignore[arg-type]
-    ("suggest_causes", lambda c: c.append_action(act(), suggest_causes=True)),
-    ("artifacts", lambda c: c.append_action(act(arguments=["x" * 70_000]))),
 ]
 
 
@@ -815,14 +813,6 @@ def test_what_is_not_ported_says_so(
 ) -> None:
     assert code_of(lambda: call(pg_chain)) == "BACKEND_UNSUPPORTED"
     assert pg_chain.find_actions() == []
-
-
-@pytest.mark.parametrize(
-    "options",
-    [{"signing_key": "key.pem"}, {"artifact_dir": "somewhere"}],
-)
-def test_options_not_ported_are_refused_at_open(pg_database: str, options: dict[str, Any]) -> None:
-    assert code_of(lambda: CausalChain(pg_database, **options)) == "BACKEND_UNSUPPORTED"
 
 
 def test_the_server_keeps_the_time(pg_database: str) -> None:

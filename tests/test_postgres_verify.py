@@ -215,7 +215,7 @@ def test_the_cli_verifies_a_postgresql_ledger_with_the_same_json_and_exit_codes(
     gone = postgres.with_database(busy, "cassette_no_such_db")
     assert runner.invoke(cli, ["--db", gone, "verify"]).exit_code == 3
     session = runner.invoke(cli, ["--db", busy, "verify", "--session", "s"])
-    assert session.exit_code == 3 and "BACKEND_UNSUPPORTED" in session.output
+    assert session.exit_code == 3 and "NOT_FOUND" in session.output  # no such session
 
 
 def test_the_benchmark_script_runs(pg_server: str, capsys: pytest.CaptureFixture[str]) -> None:

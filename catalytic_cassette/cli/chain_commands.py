@@ -29,6 +29,7 @@ def open_chain(
         settings.db,
         durability=settings.durability,
         signing_key=signing_key,
+        artifact_dir=settings.artifact_dir,
         auto_seal=settings.auto_seal(),
         read_only=read_only,
     )

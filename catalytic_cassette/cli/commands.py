@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import click
@@ -48,8 +49,10 @@ class Settings:
         seal_dir: str | None = None,
         seal_key: str | None = None,
         seal_every: int = 10_000,
+        artifact_dir: str | None = None,
     ) -> None:
         self.db = db
+        self.artifact_dir = artifact_dir
         self.durability = durability
         self.seal_dir = seal_dir
         self.seal_key = seal_key
@@ -126,6 +129,13 @@ def _read_object(stream: IO[bytes], what: str) -> dict[str, Any]:
     show_default=True,
     help="Automatic seals: every N journal entries, and when a command ends.",
 )
+@click.option(
+    "--artifact-dir",
+    envvar="CASSETTE_ARTIFACT_DIR",
+    default=None,
+    help="Artifact files of large values (env CASSETTE_ARTIFACT_DIR). Default for a"
+    " file: <db>.artifacts beside it; a postgresql:// ledger has none, so give it there.",
+)
 @click.version_option(package_name="catalytic-cassette")
 @click.pass_context
 def cli(
@@ -135,6 +145,7 @@ def cli(
     seal_dir: str | None,
     seal_key: str | None,
     seal_every: int,
+    artifact_dir: str | None,
 ) -> None:
     """A DB-first, tamper-evident execution ledger on SQLite.
 
@@ -143,7 +154,7 @@ def cli(
     """
     if (seal_dir is None) != (seal_key is None):
         raise click.UsageError("automatic sealing needs both --seal-dir and --seal-key")
-    ctx.obj = Settings(db, durability, seal_dir, seal_key, seal_every)
+    ctx.obj = Settings(db, durability, seal_dir, seal_key, seal_every, artifact_dir)
 
 
 @click.command()
@@ -390,12 +401,6 @@ def verify(
     if against is not None and (public_key is None or origin is None):
         raise click.UsageError("--against needs --public-key and --origin to pin the seals")
     if session is not None:
-        from ..postgresql import is_postgres_url
-
-        if is_postgres_url(settings.db):  # (sessions are actions: not on PostgreSQL yet)
-            from ..postgresql.ledger import unsupported
-
-            unsupported("verify --session")
         from .live_commands import verify_session
 
         verify_session(
@@ -431,6 +436,10 @@ def verify(
         pinned = load_pinned_keys(worker_keys)
     # Without --max-time-jump, VerifyOptions keeps its own default (one day).
     bound = {} if max_time_jump is None else {"max_time_jump_ms": max_time_jump}
+    # Without --artifact-dir, a file's artifacts are looked for beside it (verify_path).
+    artifacts = (
+        {} if settings.artifact_dir is None else {"artifact_root": Path(settings.artifact_dir)}
+    )
     with _progress(settings.db) as progress:
         report = verify_path(
             settings.db,
@@ -443,6 +452,7 @@ def verify(
             worker_keys=pinned,
             level=Level.QUICK if quick else Level.FULL,
             **bound,
+            **artifacts,
         )
     if as_json:
         emit(report.to_dict())

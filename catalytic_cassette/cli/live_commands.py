@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from .anchor_commands import _reading, _write_or_print
+from .anchor_commands import _proving, _reading, _write_or_print
 from .boundary import EXIT_CANNOT_VERIFY, emit
 from .chain_commands import open_chain
 from .commands import Settings
@@ -200,10 +200,7 @@ def metrics(ctx: click.Context, by: str, as_json: bool) -> None:
 @click.pass_context
 def plan_show(ctx: click.Context, plan_id: str, as_json: bool) -> None:
     """Print the plan body archived on PLAN_ID's PlanStarted (its hash checked)."""
-    from ..plan_archive import plan_body
-
-    with _reading(ctx) as conn:
-        found = plan_body(conn, plan_id)
+    found = open_chain(ctx, read_only=True).plan_body(plan_id)
     if as_json:
         emit(found)
     else:
@@ -225,14 +222,14 @@ def export(
     out: str | None,
 ) -> None:
     """A self-verifying bundle: entries as JSON lines with inclusion proofs, and the seal."""
-    from ..bundle import export_lines
+    from ..bundle import bundle_lines
 
     if (session is None) == (plan is None):
         raise click.UsageError("give exactly one of --session or --plan")
     scope, value = ("session_id", session) if session is not None else ("plan_id", plan)
     note = Path(seal_file).read_bytes() if seal_file is not None else None
-    with _reading(ctx) as conn:
-        lines = list(export_lines(conn, scope, str(value), note))
+    with _proving(ctx) as source:
+        lines = list(bundle_lines(source, scope, str(value), note))
     _write_or_print(b"\n".join(lines) + b"\n", out, {"entries": len(lines) - 1})
 
 

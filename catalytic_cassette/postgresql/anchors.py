@@ -18,6 +18,7 @@ from ..hashing import ZERO_HASH, chain_hash, leaf_hash
 from ..note import Checkpoint, ed25519_key_id, sign_note
 from ..seals import ORIGIN_PREFIX, RESTORE_ADVICE, Seal, check_origin
 from . import connection
+from .sqlfiles import query
 
 if TYPE_CHECKING:
     import psycopg
@@ -168,6 +169,17 @@ class PgProofSource:
         ).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
+    def newest_seal(self) -> bytes | None:
+        row = self.conn.execute(query("newest_seal")).fetchone()
+        return None if row is None else str(row[0]).encode("utf-8")
+
+    def action_entries(self, scope: str, value: str) -> list[tuple[int, str]]:
+        from ..proofs import scope_column
+
+        sql = query("bundle_entries").format(column=scope_column(scope))
+        rows = self.conn.execute(sql, {"value": value}).fetchall()
+        return [(int(seq), str(body)) for seq, body in rows]
+
     def tree(self) -> _RebuiltTree:
         return _RebuiltTree(rebuilt_tree(self.conn, journal_size(self.conn)))
 
@@ -188,3 +200,16 @@ def journal_reader(conn: psycopg.Connection[Any]) -> Callable[[int, int], list[A
             raise connection.translate(exc) from exc
 
     return read_after
+
+
+def bodies_tree(conn: psycopg.Connection[Any]) -> _RebuiltTree:
+    """The tree whose leaves are the hashes of the journal's bodies, as they are now,
+    with no judgement of the stored hashes: a proof from it holds under a seal only if
+    every body it covers is the one sealed (``session_verify`` reports what does not)."""
+    tree = merkle.MemoryTree()
+    with conn.cursor(name="cassette_bodies") as cursor:
+        cursor.itersize = _BATCH
+        cursor.execute(query("journal_bodies"))
+        for (body,) in cursor:
+            tree.append(leaf_hash(str(body).encode("utf-8")))
+    return _RebuiltTree(tree)

@@ -4,26 +4,32 @@ Items are checked and encoded by the SQLite class's own helpers (``actions.coerc
 ``CausalChain._row``, ``plans.checkpoint_text``); each append calls the appender's
 SECURITY DEFINER function (0004_actions.sql), whose triggers hold the law, date the row
 with the server's time and journal it. Reads are the named queries of ``queries.sql``,
-decoded by the functions the SQLite class decodes with. Whatever is not ported raises
-BACKEND_UNSUPPORTED, so no SQLite code ever runs on a psycopg connection. Chosen once, when
-a ledger is opened with a PostgreSQL URL (``LedgerFile.__new__``).
+decoded by the functions the SQLite class decodes with. Signatures and suggested causes
+are made as SQLite makes them, once the transaction's time is known (``_append``);
+artifact files live in a folder the caller names (there is no "beside" a URL). Whatever
+is not ported raises BACKEND_UNSUPPORTED, so no SQLite code ever runs on a psycopg
+connection. Chosen once, when a ledger is opened with a PostgreSQL URL
+(``LedgerFile.__new__``).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import payloads, plan_archive, plans
 from ..actions import Action, from_row
-from ..artifacts import DEFAULT_THRESHOLD_BYTES
+from ..artifacts import DEFAULT_THRESHOLD_BYTES, ArtifactStore
 from ..chain import (
     _INSERTED,
+    _METADATA,
     _TIMESTAMP,
     CausalChain,
     _check_page,
     _check_since_seq,
+    _load_signing_key,
     _Prepared,
     _stored,
     _suggest_scope,
@@ -32,7 +38,7 @@ from ..clock import Clock
 from ..connection import DEFAULT_BUSY_TIMEOUT_MS
 from ..errors import CassetteError, ErrorCode
 from . import connection
-from .ledger import PgLedger, unsupported
+from .ledger import PgLedger
 from .sqlfiles import query
 
 if TYPE_CHECKING:
@@ -59,11 +65,11 @@ class PgCausalChain(PgLedger, CausalChain):
         auto_seal: AutoSeal | None = None,
         read_only: bool = False,
     ) -> None:
-        if signing_key is not None:
-            unsupported("signing actions")
-        if artifact_dir is not None:
-            unsupported("artifact files")
-        self._signing_key = None
+        self._signing_key = _load_signing_key(signing_key)  # before opening: nothing to leak
+        # No folder is beside a URL: artifact files live only where the caller says.
+        self._folder = _url_artifacts(artifact_dir)
+        if self._folder is not None:
+            self.artifacts = self._folder  # (CausalChain._store writes there)
         self.artifact_threshold = artifact_threshold
         self._sessions: dict[str, SessionWorkingSet] = {}
         self._open_ledger(
@@ -82,27 +88,73 @@ class PgCausalChain(PgLedger, CausalChain):
     ) -> list[Action]:
         """Append several actions in one transaction; a refused item refuses the batch,
         named by ``detail["index"]``."""
-        if _suggest_scope(suggest_causes) is not None:
-            unsupported("suggested causes")
+        suggest = _suggest_scope(suggest_causes)
         prepared = self._prepare(actions)
         with self._writing() as conn:
-            stored = _append(conn, prepared)
+            stored = self._append(conn, prepared, suggest)
         self._joined(stored)
         return stored
 
+    def _append(
+        self, conn: psycopg.Connection[Any], prepared: list[_Prepared], suggest: str | None = None
+    ) -> list[Action]:
+        """``_call_append`` in the caller's transaction, each row first given what SQLite's
+        ``_insert_one`` gives it: suggested causes read at the row's time, then the
+        signature of the row as it will be stored. Both need the row's time before it is
+        sent: the head is taken first (``append_time``, migration 0008), which fixes the
+        transaction's time and lets nothing else commit until this one does."""
+        if suggest is None and self._signing_key is None:
+            return _call_append(conn, prepared)
+        got = conn.execute(query("append_time")).fetchone()
+        assert got is not None
+        now = int(got[0])
+        for _, row in prepared:
+            row[_TIMESTAMP] = now
+        stored = []
+        for index, item in enumerate(prepared):
+            row = item[1]
+            if suggest is not None:
+                row[_METADATA] = self._with_suggestions(self._reads, row, suggest, now)
+            if self._signing_key is not None:
+                row[_METADATA] = self._signed_metadata(row)
+            try:
+                stored.extend(_call_append(conn, [item]))
+            except CassetteError as refused:
+                refused.detail["index"] = index
+                raise
+        return stored
+
     def _store(self, value: Any, what: str) -> tuple[str | None, str | None]:
-        """Inline JSON; a value over the artifact threshold would need an artifact file."""
-        if value is None:
-            return None, None
-        text = payloads.dumps(value)
-        if len(text.encode("utf-8")) > self.artifact_threshold:
-            unsupported(f"artifact files ({what} over {self.artifact_threshold} bytes)")
-        return text, None
+        """Inline JSON, or an artifact file in the folder the ledger was opened with; a
+        value over the threshold without one is INVALID_ARGUMENT (nothing is written)."""
+        if (
+            self._folder is None
+            and value is not None
+            and len(payloads.dumps(value).encode("utf-8")) > self.artifact_threshold
+        ):
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"the {what} is over the artifact threshold of {self.artifact_threshold}"
+                " bytes: a PostgreSQL ledger keeps artifact files only in a folder it is"
+                " given (artifact_dir, cassette --artifact-dir)",
+            )
+        return CausalChain._store(self, value, what)
 
     # -------------------------------------------------------------------- reads
 
     def _decode(self, row: tuple[Any, ...]) -> Action:
-        return from_row(row, _no_artifacts)
+        return from_row(row, self._artifact_value)
+
+    def _artifact_value(self, ref_json: str) -> Any:
+        """The value an artifact reference names, found by its hash in the folder the
+        ledger was opened with (``ArtifactStore.get``: checked against the hash)."""
+        if self._folder is None:
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                "this action's value is an artifact file: open the PostgreSQL ledger with"
+                " its artifacts folder (artifact_dir, cassette --artifact-dir)",
+            )
+        return self._folder.get(ref_json)
 
     def _rows(self, name: str, **params: Any) -> list[Action]:
         return [self._decode(row) for row in self._fetch(name, **params)]
@@ -300,7 +352,7 @@ class PgCausalChain(PgLedger, CausalChain):
                 ]
             )
             _save_checkpoint(conn, plan_id, text, checkpoint_id)
-            stored = _append(conn, prepared)
+            stored = self._append(conn, prepared)
         self._joined(stored)
         return stored[0]
 
@@ -334,16 +386,22 @@ class PgCausalChain(PgLedger, CausalChain):
                     }
                 ]
             )
-            stored = _append(conn, prepared)
+            stored = self._append(conn, prepared)
         self._joined(stored)
         return {"action": stored[0], "checkpoint_id": chosen, "context": checkpoint["context"]}
 
 
-def _no_artifacts(ref_json: str) -> Any:
-    unsupported("artifact files")
+def _url_artifacts(artifact_dir: str | os.PathLike[str] | None) -> ArtifactStore | None:
+    """The artifacts folder of a URL ledger, or None without one. A reference records
+    the file as ``<folder name>/<sha256>``: informative only, as on SQLite (readers find
+    a file by its hash in the folder they are given)."""
+    if artifact_dir is None:
+        return None
+    root = Path(artifact_dir).absolute()
+    return ArtifactStore(root, Path(os.path.realpath(root)).parent)
 
 
-def _append(conn: psycopg.Connection[Any], prepared: list[_Prepared]) -> list[Action]:
+def _call_append(conn: psycopg.Connection[Any], prepared: list[_Prepared]) -> list[Action]:
     """Insert prepared actions in the caller's transaction, one call each; a refusal
     names its item (``detail["index"]``) and leaves the transaction to roll back."""
     stored = []
@@ -365,6 +423,11 @@ def _append(conn: psycopg.Connection[Any], prepared: list[_Prepared]) -> list[Ac
             raise error from exc
         assert got is not None
         seq, timestamp = int(got[0]), int(got[1])
+        if row[_TIMESTAMP] is not None and row[_TIMESTAMP] != timestamp:
+            # (cannot happen: the transaction's time is fixed once the head is taken)
+            raise CassetteError(
+                ErrorCode.DATABASE_ERROR, "the server dated the action other than it said"
+            )
         row[_TIMESTAMP] = timestamp
         stored.append(_stored(fields, row, seq, timestamp))
     return stored

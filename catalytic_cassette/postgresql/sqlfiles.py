@@ -11,8 +11,14 @@ from __future__ import annotations
 import re
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..sqlfiles import Migration
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ..reasoning import Fetch
 
 _FOLDER = Path(__file__).resolve().parent.parent / "sql" / "postgresql"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -50,3 +56,14 @@ def queries() -> dict[str, str]:
 
 def query(name: str) -> str:
     return queries()[name]
+
+
+def named_fetch(conn: psycopg.Connection[Any]) -> Fetch:
+    """A ``reasoning.Fetch`` over this connection: the named query, its rows (inside the
+    caller's transaction, if one is open)."""
+    from . import connection
+
+    def fetch(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return connection.statement(conn, query(name), params)
+
+    return fetch

@@ -26,6 +26,8 @@ computed here.
    receipt per committed step; dense ids; time. Only the check of the table name and
    key stored beside each body is this backend's: PostgreSQL stores the key as its JSON
    text.
+6. **Artifact files** (``verify/artifacts.py``), with an artifacts folder: each file an
+   action refers to, found by its hash, exists and hashes to its reference.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from ..clock import SystemClock
 from ..errors import CassetteError, ErrorCode
 from ..hashing import ZERO_HASH
+from ..verify.artifacts import check_artifacts
 from ..verify.chain import TreeWalk, walk_entries
 from ..verify.consistency import check_checkpoint_ids, check_consistency, check_dense_ids
 from ..verify.findings import Collector, Finding, FindingKind, Severity, VerifyReport
@@ -164,6 +167,7 @@ def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyRepo
                 if options.worker_keys is not None:
                     mirror.shape_for_worker_keys(conn)
                     check_worker_signatures(mirror.conn, out, options.worker_keys)
+                _check_artifact_files(mirror.conn, out, report, options.artifact_root)
             else:
                 report.notes.append(
                     "tables differ from the migrations: state and consistency not checked"
@@ -173,6 +177,22 @@ def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyRepo
     if options.public_key is None:
         report.notes.append("no public key given: action signatures not checked")
     return report
+
+
+def _check_artifact_files(
+    mirror: sqlite3.Connection, out: Collector, report: VerifyReport, root: Path | None
+) -> None:
+    """The artifact files the actions refer to, in the folder the caller names (a URL
+    has no folder beside it); without one, a note says they were not checked."""
+    if root is not None:
+        check_artifacts(mirror, out, root)
+        return
+    referred = mirror.execute(
+        "SELECT 1 FROM cassette_actions WHERE arguments_artifact IS NOT NULL"
+        " OR result_artifact IS NOT NULL LIMIT 1"
+    ).fetchone()
+    if referred is not None:
+        report.notes.append("no artifacts folder given: artifact files not checked")
 
 
 def _check_structure(

@@ -367,3 +367,39 @@ SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, 
  WHERE json_typeof(metadata_json::json -> '{link}') = 'string'
    AND metadata_json::json ->> '{link}' = %(value)s
  ORDER BY action_seq;
+
+-- ------------------------------------------------- the chain's extras (0008)
+
+-- name: append_time
+-- Takes the head (the transaction's time is fixed from here on) and returns that time:
+-- what a signature and suggested causes need before the row is sent.
+SELECT cassette_append_time();
+
+-- name: journal_bodies
+SELECT body FROM cassette_journal ORDER BY seq;
+
+-- name: session_actions
+SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, action_type,
+       function_name, arguments_json, arguments_artifact, result_json, result_artifact, success,
+       error_message, cost_micros, duration_ms, "timestamp", metadata_json, caused_by, rationale,
+       category
+  FROM cassette_actions WHERE session_id = %(session_id)s ORDER BY action_seq;
+
+-- name: session_entries
+SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal
+ WHERE tbl = 'cassette_actions' AND row_key = %(action_id)s ORDER BY seq;
+
+-- name: session_chain_hash
+SELECT chain_hash FROM cassette_journal WHERE seq = %(seq)s;
+
+-- name: session_cause_time
+SELECT "timestamp" FROM cassette_actions WHERE action_id = %(action_id)s;
+
+-- name: newest_seal
+SELECT note FROM cassette_seals ORDER BY seal_id DESC LIMIT 1;
+
+-- name: bundle_entries
+-- ({column} comes from bundle.SCOPES, never from a caller.)
+SELECT j.seq, j.body FROM cassette_actions a
+  JOIN cassette_journal j ON j.tbl = 'cassette_actions' AND j.row_key = a.action_id
+ WHERE a.{column} = %(value)s ORDER BY j.seq;
