@@ -364,3 +364,18 @@ def test_a_seal_while_another_host_writes_is_not_busy(
     assert sealed.tree_size == before  # what the snapshot held
     assert len(entries) == before + 3 + 1  # the other host's message, then the seal
     assert sealed.root == root_from_leaves([leaf for _, _, leaf, _ in entries[:before]])
+
+
+def test_the_seal_benchmark_script_runs(pg_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from . import postgres
+
+    sys.path.insert(0, str(postgres.SCRIPTS))
+    try:
+        import bench_seal_pg
+    finally:
+        sys.path.remove(str(postgres.SCRIPTS))
+    assert bench_seal_pg.main([pg_server, "--posts", "5", "--rounds", "1", "--entries", "30"]) == 0
+    printed = capsys.readouterr().out
+    assert "automatic, never due" in printed and "seal of       30 entries" in printed
