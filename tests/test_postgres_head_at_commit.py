@@ -19,9 +19,7 @@ from catalytic_cassette.postgresql.connection import translate
 
 psycopg = pytest.importorskip("psycopg")
 
-POST = (
-    "INSERT INTO cassette_messages (run_id, source, payload_json) VALUES ('run', 'USER', %s)"
-)
+POST = "INSERT INTO cassette_messages (run_id, source, payload_json) VALUES ('run', 'USER', %s)"
 
 
 @pytest.fixture
@@ -64,7 +62,9 @@ def test_a_batch_moves_the_head_once_at_commit(pg_ledger: str, owner: Any) -> No
         assert tail(owner)[0] == before[0] + 40
     assert head(owner) == tail(owner)
     with MessageCassette(pg_ledger) as cassette:
-        cassette.post_messages([({"jobs": [{"intent": "i", "steps": [{}]}]}, "r", "USER", None)] * 30)
+        cassette.post_messages(
+            [({"jobs": [{"intent": "i", "steps": [{}]}]}, "r", "USER", None)] * 30
+        )
     assert head(owner) == tail(owner)
     assert head(owner)[0] == before[0] + 40 + 30 * 3
 
@@ -137,7 +137,9 @@ def test_an_entry_needs_the_head_and_the_entry_before_it(pg_ledger: str, owner: 
         " VALUES (%s, %s, %s, %s, 'cassette_messages', '9')"
     )
     # right hashes, right place, but the head is not this transaction's
-    refused(owner, ErrorCode.JOURNAL_BROKEN, insert, (size, body, leaf, chain_hash(size, last, leaf)))
+    refused(
+        owner, ErrorCode.JOURNAL_BROKEN, insert, (size, body, leaf, chain_hash(size, last, leaf))
+    )
     # holding the head: one past the end (linked to nothing the journal has), or at the
     # end linked to the wrong entry
     for seq in (size + 1, size):

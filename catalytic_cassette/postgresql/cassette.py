@@ -32,8 +32,6 @@ from .ledger import PgLedger, unsupported
 from .sqlfiles import query
 
 if TYPE_CHECKING:
-    import psycopg
-
     from ..seals import AutoSeal
     from ..verify import VerifyReport
     from ..worker_keys import PinnedKey, WorkerKey
@@ -74,33 +72,24 @@ class PgMessageCassette(PgLedger, MessageCassette):
             _indexed(index, len(items), self._prepare_post, *item)
             for index, item in enumerate(items)
         ]
-        results: list[tuple[int, int]] = []
+        batch = [
+            {
+                "run_id": run_id,
+                "source": source,
+                "idempotency_key": key,
+                "payload_json": payload_json,
+                "intents": [plan.intent for plan in plans],
+                "step_counts": [len(plan.steps) for plan in plans],
+                "step_payloads": [step for plan in plans for step in plan.steps],
+            }
+            for payload_json, plans, run_id, source, key in prepared
+        ]
+        # No savepoint per item: the batch is refused whole, and past 64 subtransactions
+        # every PostgreSQL visibility check slows (batches of 1,000 posted at 172
+        # messages/s with one savepoint each).
         with connection.transaction(self.pg) as conn:
-            for index, (payload_json, plans, run_id, source, key) in enumerate(prepared):
-                params = {
-                    "run_id": run_id,
-                    "source": source,
-                    "idempotency_key": key,
-                    "payload_json": payload_json,
-                    "intents": [plan.intent for plan in plans],
-                    "step_counts": [len(plan.steps) for plan in plans],
-                    "step_payloads": [step for plan in plans for step in plan.steps],
-                }
-                row = _indexed(index, len(prepared), self._post_one, conn, params)
-                results.append((int(row[0]), int(row[1])))
-        return results
-
-    @staticmethod
-    def _post_one(conn: psycopg.Connection[Any], params: dict[str, Any]) -> tuple[Any, ...]:
-        # No savepoint per item: the batch is refused whole, so the failing item is named
-        # from the loop, and past 64 subtransactions every PostgreSQL visibility check
-        # slows (batches of 1,000 posted at 172 messages/s with one savepoint each).
-        try:
-            row = conn.execute(query("post"), params).fetchone()
-        except Exception as exc:
-            raise connection.translate(exc) from exc
-        assert row is not None
-        return tuple(row)
+            rows = connection.batch(conn, query("post"), batch)
+        return [(int(row[0]), int(row[1])) for row in rows]
 
     # ------------------------------------------------------------------- claims
 
@@ -182,10 +171,8 @@ class PgMessageCassette(PgLedger, MessageCassette):
             for index, item in enumerate(items)
         ]
         with connection.transaction(self.pg) as conn:
-            return [
-                _indexed(index, len(prepared), _complete_item, conn, item)
-                for index, item in enumerate(prepared)
-            ]
+            rows = connection.batch(conn, query("complete"), [_completion(i) for i in prepared])
+        return [int(row[0]) for row in rows]
 
     # ----------------------------------------------------------------- requeues
 
@@ -292,29 +279,13 @@ def _leased(row: tuple[Any, ...], run_id: str, worker_id: str) -> dict[str, Any]
     }
 
 
-def _complete(conn: psycopg.Connection[Any], item: _Completion) -> int:
+def _completion(item: _Completion) -> dict[str, Any]:
     run_id, step_id, worker_id, token, outcome, receipt = item
-    row = conn.execute(
-        query("complete"),
-        {
-            "run_id": run_id,
-            "step_id": step_id,
-            "worker_id": worker_id,
-            "fencing_token": token,
-            "outcome": outcome,
-            "receipt_json": receipt,
-        },
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def _complete_item(conn: psycopg.Connection[Any], item: _Completion) -> int:
-    """One completion of a batch, its refusal translated so that the batch can name its
-    index (no savepoint: the batch is refused whole; see ``_post_one``)."""
-    try:
-        return _complete(conn, item)
-    except Exception as exc:
-        if isinstance(exc, CassetteError):
-            raise
-        raise connection.translate(exc) from exc
+    return {
+        "run_id": run_id,
+        "step_id": step_id,
+        "worker_id": worker_id,
+        "fencing_token": token,
+        "outcome": outcome,
+        "receipt_json": receipt,
+    }

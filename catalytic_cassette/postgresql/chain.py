@@ -346,10 +346,10 @@ def _no_artifacts(ref_json: str) -> Any:
 
 
 def _append(conn: psycopg.Connection[Any], prepared: list[_Prepared]) -> list[Action]:
-    """Insert prepared actions in the caller's transaction, one call each; a refusal
-    names its item (``detail["index"]``) and leaves the transaction to roll back."""
-    stored = []
-    for index, (fields, row) in enumerate(prepared):
+    """Insert prepared actions in the caller's transaction, one call each (pipelined); a
+    refusal names its item (``detail["index"]``) and leaves the transaction to roll back."""
+    batch = []
+    for index, (_fields, row) in enumerate(prepared):
         params = dict(zip(_INSERTED, row, strict=True))
         del params["timestamp"]  # the server's
         if any(isinstance(v, str) and "\x00" in v for v in params.values()):
@@ -359,13 +359,10 @@ def _append(conn: psycopg.Connection[Any], prepared: list[_Prepared]) -> list[Ac
             )
             error.detail["index"] = index
             raise error
-        try:
-            got = conn.execute(query("append_action"), params).fetchone()
-        except Exception as exc:
-            error = connection.translate(exc)
-            error.detail["index"] = index
-            raise error from exc
-        assert got is not None
+        batch.append(params)
+    stored = []
+    answers = connection.batch(conn, query("append_action"), batch, index_one=True)
+    for (fields, row), got in zip(prepared, answers, strict=True):
         seq, timestamp = int(got[0]), int(got[1])
         row[_TIMESTAMP] = timestamp
         stored.append(_stored(fields, row, seq, timestamp))
