@@ -180,3 +180,48 @@ def test_a_snapshot_older_than_the_last_commit_cannot_append(pg_ledger: str) -> 
         second.commit()
         assert head(first) == tail(first)
         assert tail(first)[0] == 2
+
+
+@pytest.mark.parametrize("forged_seq", [-1, 0, 5])
+def test_a_forged_running_state_only_fails_its_own_write(
+    pg_ledger: str, owner: Any, forged_seq: int
+) -> None:
+    """A transaction's last entry is named in a transaction-local setting any session can
+    set (cassette.tail). Pointing it at an earlier entry (its true chain hash), at none,
+    or past the end makes the next entry refused: it never links anywhere but the end."""
+    with MessageCassette(pg_ledger) as cassette:
+        cassette.post_message({"x": 1}, "run", "USER")  # entries 0-2
+    size, last = tail(owner)
+    with pytest.raises(psycopg.Error) as caught, owner.transaction():
+        owner.execute(POST, ('{"a":1}',))
+        (me,) = owner.execute("SELECT pg_current_xact_id()::text").fetchone()
+        if 0 <= forged_seq < size:
+            (chain,) = owner.execute(
+                "SELECT chain_hash FROM cassette_journal WHERE seq = %s", (forged_seq,)
+            ).fetchone()
+        else:
+            chain = bytes(32)
+        owner.execute(
+            "SELECT set_config('cassette.tail', %s, true)",
+            (f"{me}:{forged_seq}:{bytes(chain).hex()}",),
+        )
+        owner.execute(POST, ('{"a":2}',))
+    assert translate(caught.value).code is ErrorCode.JOURNAL_BROKEN, caught.value
+    assert tail(owner) == (size, last) == head(owner)
+
+
+def test_a_forged_state_does_not_move_the_head_back(pg_ledger: str, owner: Any) -> None:
+    """Set after the transaction's last entry, a forged state naming an earlier entry is
+    not followed (the follower takes the later of it and the entry it fires for), and the
+    head's guard would refuse it anyway: the head ends at the journal's end."""
+    with MessageCassette(pg_ledger) as cassette:
+        cassette.post_message({"x": 1}, "run", "USER")
+    (first,) = owner.execute("SELECT chain_hash FROM cassette_journal WHERE seq = 0").fetchone()
+    with owner.transaction():
+        owner.execute(POST, ('{"a":1}',))
+        owner.execute(
+            "SELECT set_config('cassette.tail', pg_current_xact_id()::text || ':0:' || %s, true)",
+            (bytes(first).hex(),),
+        )
+    assert head(owner) == tail(owner)
+    assert head(owner)[0] == 4

@@ -4,16 +4,22 @@
 --   transaction each UPDATE leaves a row version that cannot be pruned before the commit
 --   and that every later read of the head walks past, so a batch of n entries cost O(n^2)
 --   (1,000 posts: 513 messages/s against 5,919 for the bare tables).
---   Now the running chain state of a transaction is the journal itself: its last entry
---   (the primary key's last row, one index probe) is the previous link, visible to the
---   transaction that wrote it and, once committed, to the next one. No new state: nothing
---   a session could keep, fake or leave behind (a temp table or a session variable would
---   be the session's own, so its to forge).
+--   Now a transaction's first entry links to the head (exact: the last commit left it
+--   at the journal's end, and this transaction holds it), and each later one to the
+--   entry before it, named in a transaction-local setting (`cassette.tail`: the
+--   transaction id, the seq and the chain hash of its last entry). That setting is a
+--   hint any session can set, so nothing trusts it: the journal's guard admits an entry
+--   only if the stored entry before it exists and links to it, and its seq (the primary
+--   key) is free; a forged hint makes the session's own write fail, never a fork. No
+--   query for "the journal's last entry" on the hot path: its plan (ORDER BY seq DESC
+--   LIMIT 1), cached by a session that first ran it on a journal whose statistics say
+--   empty, scans the whole journal per entry (batches of 1,000 slowed from 467 to 179
+--   messages/s in one session).
 --   * cassette_tx_ms() still takes the head at a transaction's first journaled write (the
 --     same UPDATE, the same row lock, held to the commit): the head still serializes the
 --     chain, and the journal's guard still refuses an entry from a transaction that has
 --     not taken it.
---   * cassette_journal_append() links the entry to the journal's last entry.
+--   * cassette_journal_append() links the entry as above and sets the hint.
 --   * A deferred constraint trigger on the journal brings the head to the journal's last
 --     entry at commit: its first firing moves the head, the others find it there. A
 --     session's SET CONSTRAINTS ... IMMEDIATE only makes it fire after each statement (the
@@ -21,8 +27,9 @@
 --     DEFINER because it fires at COMMIT, outside the definer functions that wrote the
 --     entries, as the session's own role, which may not UPDATE the head.
 --   * The head's guard: next_seq and chain_hash move together, only forward, and only to
---     the journal's last entry as the writing transaction sees it (before: one entry at a
---     time). The stamp and time rules of 0006 are unchanged.
+--     the journal's last entry as the writing transaction sees it (the entry before
+--     next_seq has that chain hash, none is at next_seq; before: one entry at a time).
+--     The stamp and time rules of 0006 are unchanged.
 --   * What read the head's next_seq as "the journal's size" inside a transaction (the
 --     meta guard of 0001, the seal check of 0003) reads the journal itself: within a
 --     writing transaction the head lags until its commit.
@@ -39,24 +46,32 @@ DECLARE
     body text := '{"table":' || cassette_j(tbl) || ',"op":' || cassette_j(op)
                  || ',"key":' || key_json || ',"row":' || row_json || '}';
     leaf bytea := sha256('\x00'::bytea || convert_to(body, 'UTF8'));
-    entry_seq bigint := 0;
-    prev bytea := '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
+    me text := pg_current_xact_id()::text;
+    tail text := current_setting('cassette.tail', true);
+    entry_seq bigint;
+    prev bytea;
+    chain bytea;
 BEGIN
     -- Every journaled write's BEFORE trigger has taken the head (cassette_tx_ms()), so no
     -- other transaction can append before this one commits; the guard checks it.
-    SELECT seq + 1, chain_hash INTO entry_seq, prev
-      FROM cassette_journal ORDER BY seq DESC LIMIT 1;
-    IF NOT FOUND THEN
-        entry_seq := 0;
-        prev := '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
+    IF split_part(tail, ':', 1) = me THEN  -- this transaction's last entry
+        entry_seq := split_part(tail, ':', 2)::bigint + 1;
+        prev := decode(split_part(tail, ':', 3), 'hex');
+    ELSE  -- its first: the head, where the last commit left it
+        SELECT next_seq, chain_hash INTO entry_seq, prev FROM cassette_head;
     END IF;
+    chain := sha256('\x02'::bytea || int8send(entry_seq) || prev || leaf);
+    -- Set before the INSERT, so that a follower made immediate (it fires at the INSERT's
+    -- end) finds it; if the INSERT fails, its (sub)transaction and the setting go with it.
+    PERFORM set_config('cassette.tail', me || ':' || entry_seq || ':' || encode(chain, 'hex'), true);
     INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash, tbl, row_key)
-    VALUES (entry_seq, body, leaf,
-            sha256('\x02'::bytea || int8send(entry_seq) || prev || leaf), tbl, row_key);
+    VALUES (entry_seq, body, leaf, chain, tbl, row_key);
 END $$;
 
 -- An entry is appended only by a transaction holding the head, right after the journal's
--- last entry, with its own hashes.
+-- last entry, with its own hashes. (The running state above is a hint any session can
+-- set: whatever it says, an entry passes only if it links to the stored entry before it,
+-- and its seq, the primary key, is free.)
 CREATE OR REPLACE FUNCTION cassette_journal_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -70,9 +85,9 @@ BEGIN
     ELSE
         prev := (SELECT chain_hash FROM cassette_journal WHERE seq = NEW.seq - 1);
     END IF;
-    -- seq is the primary key and each entry needs the one before it: an entry can only
-    -- be the one right after the last.
-    IF prev IS NULL THEN
+    -- Each entry needs the one before it and a free seq: an entry can only be the one
+    -- right after the last.
+    IF prev IS NULL OR EXISTS (SELECT 1 FROM cassette_journal WHERE seq = NEW.seq) THEN
         RAISE EXCEPTION 'JOURNAL_BROKEN: entries are appended by the journal''s triggers only';
     END IF;
     IF NEW.leaf_hash IS DISTINCT FROM sha256('\x00'::bytea || convert_to(NEW.body, 'UTF8'))
@@ -83,16 +98,22 @@ BEGIN
 END $$;
 
 -- At commit (or after the statement, for a session that made it immediate): the head
--- names the journal's last entry.
+-- names the journal's last entry. The head's guard checks where it is moved.
 CREATE FUNCTION cassette_head_follow() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    tail text := current_setting('cassette.tail', true);
 BEGIN
     IF NEW.seq < (SELECT next_seq FROM cassette_head) THEN
         RETURN NULL;  -- an earlier firing of this transaction has moved the head past it
     END IF;
-    UPDATE cassette_head AS h
-       SET next_seq = last.seq + 1, chain_hash = last.chain_hash
-      FROM (SELECT seq, chain_hash FROM cassette_journal ORDER BY seq DESC LIMIT 1) AS last;
+    IF split_part(tail, ':', 1) = pg_current_xact_id()::text
+       AND split_part(tail, ':', 2)::bigint >= NEW.seq THEN
+        UPDATE cassette_head SET next_seq = split_part(tail, ':', 2)::bigint + 1,
+                                 chain_hash = decode(split_part(tail, ':', 3), 'hex');
+    ELSE  -- an entry not written by cassette_journal_append: one entry at a time
+        UPDATE cassette_head SET next_seq = NEW.seq + 1, chain_hash = NEW.chain_hash;
+    END IF;
     RETURN NULL;
 END $$;
 REVOKE EXECUTE ON FUNCTION cassette_head_follow() FROM PUBLIC;
@@ -102,20 +123,16 @@ CREATE CONSTRAINT TRIGGER cassette_head_follow AFTER INSERT ON cassette_journal
 
 CREATE OR REPLACE FUNCTION cassette_head_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE
-    last_seq bigint;
-    last_chain bytea;
 BEGIN
     IF TG_OP = 'DELETE' OR TG_OP = 'INSERT' THEN
         RAISE EXCEPTION 'JOURNAL_BROKEN: the journal head is one row, never inserted or deleted';
     END IF;
-    IF NEW.next_seq IS DISTINCT FROM OLD.next_seq OR NEW.chain_hash IS DISTINCT FROM OLD.chain_hash THEN
-        SELECT seq, chain_hash INTO last_seq, last_chain
-          FROM cassette_journal ORDER BY seq DESC LIMIT 1;
-        IF NOT FOUND OR NEW.next_seq IS DISTINCT FROM last_seq + 1
-           OR NEW.chain_hash IS DISTINCT FROM last_chain OR NEW.next_seq < OLD.next_seq THEN
-            RAISE EXCEPTION 'JOURNAL_BROKEN: the head moves only forward, to the journal''s last entry';
-        END IF;
+    IF (NEW.next_seq IS DISTINCT FROM OLD.next_seq OR NEW.chain_hash IS DISTINCT FROM OLD.chain_hash)
+       AND (NEW.next_seq < OLD.next_seq
+            OR NEW.chain_hash IS DISTINCT FROM
+               (SELECT chain_hash FROM cassette_journal WHERE seq = NEW.next_seq - 1)
+            OR EXISTS (SELECT 1 FROM cassette_journal WHERE seq = NEW.next_seq)) THEN
+        RAISE EXCEPTION 'JOURNAL_BROKEN: the head moves only forward, to the journal''s last entry';
     END IF;
     IF NEW.tx IS DISTINCT FROM OLD.tx AND NEW.tx IS DISTINCT FROM pg_current_xact_id() THEN
         RAISE EXCEPTION 'JOURNAL_BROKEN: the head is stamped only by the transaction that takes it';
