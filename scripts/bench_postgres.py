@@ -133,13 +133,19 @@ class Server:
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
 
-    def settle(self, name: str) -> None:
+    def settle(self, name: str, *, empty: bool = False) -> None:
         """VACUUM ANALYZE a template and CHECKPOINT, so every clone starts alike (not in
-        --quick, which only shows that everything runs)."""
+        --quick, which only shows that everything runs). An empty template is only
+        checkpointed: its tables keep no statistics, as a new database's do until
+        autovacuum's threshold. Statistics that say 0 rows would have each session cache
+        plans made for empty tables (sequential scans) at its first call, and a batch
+        would scan the whole table per lookup (docs/BENCHMARKS.md, issue 15, second
+        pass)."""
         if self.strategy != "FILE_COPY":
             return
-        with psycopg.connect(self.db_url(name), autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE")
+        if not empty:
+            with psycopg.connect(self.db_url(name), autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE")
         with self.admin() as conn:
             conn.execute("CHECKPOINT")
 
@@ -198,7 +204,7 @@ def template_raw(server: Server, name: str, steps: int) -> None:
                 " SELECT i, i, %s, i, 0, 0, 'PENDING', 0, %s, %s FROM unnest(%s::bigint[]) i",
                 (RUN, payload_json, created, ids),
             )
-    server.settle(name)
+    server.settle(name, empty=steps == 0)
 
 
 def template_procrastinate(server: Server, name: str, steps: int, batch: int) -> None:
@@ -220,7 +226,7 @@ def template_procrastinate(server: Server, name: str, steps: int, batch: int) ->
 
 def template_empty_ours(server: Server, name: str) -> None:
     MessageCassette(server.create(name)).close()
-    server.settle(name)
+    server.settle(name, empty=True)
 
 
 # The migration that writes the head once per transaction; a template migrated only to
@@ -252,7 +258,7 @@ def template_head_per_entry(server: Server, name: str) -> bool:
                     "INSERT INTO cassette_migrations (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name),
                 )
-    server.settle(name)
+    server.settle(name, empty=True)
     return True
 
 
@@ -265,7 +271,7 @@ def template_empty_procrastinate(server: Server, name: str) -> None:
             await app.schema_manager.apply_schema_async()
 
     asyncio.run(apply())
-    server.settle(name)
+    server.settle(name, empty=True)
 
 
 # ------------------------------------------------------------------ procrastinate
@@ -1084,8 +1090,8 @@ def print_setup(server: Server, args: argparse.Namespace, report: dict[str, Any]
         f"sizes: {args.steps:,} steps per cycle trial, worker processes {args.mp_counts},"
         f" loops {', '.join(args.loops)}; {args.posts:,} posts, batch {args.batch:,};"
         f" {args.reps} interleaved repetition(s), every trial in a fresh database cloned from"
-        f" a template (VACUUM ANALYZE and CHECKPOINT once; CREATE DATABASE ... STRATEGY"
-        f" {server.strategy})"
+        f" a template (VACUUM ANALYZE, unless empty, and CHECKPOINT once; CREATE DATABASE"
+        f" ... STRATEGY {server.strategy})"
     )
     out(
         f"payload {len(payloads.encode_object(PAYLOAD))} bytes of JSON per message / job;"
