@@ -13,6 +13,13 @@ separate calls and as the fused worker loop (complete_and_claim); 3 both loops w
 and 4 worker processes; 4 claim latency with 1k, 100k and 1M pending
 steps; 5 append_action (the code of scripts/bench_chain.py); 6 verify rows/s and peak
 RSS; 7 the `cassette claim` command as a process; 8 bytes on disk per record.
+
+The PostgreSQL ledger's run (issue 15: against procrastinate and bare SQL on one durable
+cluster it starts; claim + complete at 1, 4 and 16 worker processes, post, append, verify)
+is the mode `postgres`, whose arguments are scripts/bench_postgres.py's (its module):
+
+    python scripts/bench.py postgres --reps 3        # the run of record
+    python scripts/bench.py postgres --quick         # seconds; what the test suite runs
 """
 
 from __future__ import annotations
@@ -1282,6 +1289,12 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["postgres"]:
+        # a server, cloned databases and other peers: its own module, imported only here
+        # (it imports this one's helpers)
+        import bench_postgres
+
+        sys.exit(bench_postgres.main(sys.argv[2:]))
     args = parse_args()
     report = Report()
     module = None if args.no_huey else huey_module()

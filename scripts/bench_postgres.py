@@ -133,13 +133,19 @@ class Server:
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
 
-    def settle(self, name: str) -> None:
+    def settle(self, name: str, *, empty: bool = False) -> None:
         """VACUUM ANALYZE a template and CHECKPOINT, so every clone starts alike (not in
-        --quick, which only shows that everything runs)."""
+        --quick, which only shows that everything runs). An empty template is only
+        checkpointed: its tables keep no statistics, as a new database's do until
+        autovacuum's threshold. Statistics that say 0 rows would have each session cache
+        plans made for empty tables (sequential scans) at its first call, and a batch
+        would scan the whole table per lookup (docs/BENCHMARKS.md, issue 15, second
+        pass)."""
         if self.strategy != "FILE_COPY":
             return
-        with psycopg.connect(self.db_url(name), autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE")
+        if not empty:
+            with psycopg.connect(self.db_url(name), autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE")
         with self.admin() as conn:
             conn.execute("CHECKPOINT")
 
@@ -198,7 +204,7 @@ def template_raw(server: Server, name: str, steps: int) -> None:
                 " SELECT i, i, %s, i, 0, 0, 'PENDING', 0, %s, %s FROM unnest(%s::bigint[]) i",
                 (RUN, payload_json, created, ids),
             )
-    server.settle(name)
+    server.settle(name, empty=steps == 0)
 
 
 def template_procrastinate(server: Server, name: str, steps: int, batch: int) -> None:
@@ -220,7 +226,40 @@ def template_procrastinate(server: Server, name: str, steps: int, batch: int) ->
 
 def template_empty_ours(server: Server, name: str) -> None:
     MessageCassette(server.create(name)).close()
-    server.settle(name)
+    server.settle(name, empty=True)
+
+
+# The migration that writes the head once per transaction; a template migrated only to
+# the one before it is the ledger as it was (the head UPDATEd per entry), for a lever
+# measured in the same run.
+HEAD_AT_COMMIT = "head_at_commit"
+
+
+def template_head_per_entry(server: Server, name: str) -> bool:
+    """A ledger migrated up to the migration before HEAD_AT_COMMIT (False: none here).
+    Opened through the package it would be migrated on, so it is written by plain SQL."""
+    from catalytic_cassette.postgresql import sqlfiles
+
+    shipped = sqlfiles.migrations()
+    cut = next((m.version for m in shipped if m.name == HEAD_AT_COMMIT), None)
+    if cut is None:
+        return False
+    with psycopg.connect(server.create(name), autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE cassette_migrations (version integer PRIMARY KEY,"
+            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in shipped:
+            if migration.version >= cut:
+                break
+            with conn.transaction():
+                conn.execute(migration.sql.encode("utf-8"))
+                conn.execute(
+                    "INSERT INTO cassette_migrations (version, name) VALUES (%s, %s)",
+                    (migration.version, migration.name),
+                )
+    server.settle(name, empty=True)
+    return True
 
 
 def template_empty_procrastinate(server: Server, name: str) -> None:
@@ -232,7 +271,7 @@ def template_empty_procrastinate(server: Server, name: str) -> None:
             await app.schema_manager.apply_schema_async()
 
     asyncio.run(apply())
-    server.settle(name)
+    server.settle(name, empty=True)
 
 
 # ------------------------------------------------------------------ procrastinate
@@ -631,6 +670,38 @@ def workload_post(server: Server, args: argparse.Namespace, report: dict[str, An
 
         return run
 
+    def ours_sql(pipelined: bool) -> Callable[[str], float]:
+        """Batches of the post query in plain SQL (what post_messages sends), pipelined or
+        a round trip per item: the two levers, each alone, in the same run."""
+        from catalytic_cassette.postgresql import connection
+        from catalytic_cassette.postgresql.sqlfiles import query
+
+        plans = payloads.plan_jobs(PAYLOAD, payload_json)
+        params = {
+            "run_id": RUN,
+            "source": SOURCE,
+            "idempotency_key": None,
+            "payload_json": payload_json,
+            "intents": [plan.intent for plan in plans],
+            "step_counts": [len(plan.steps) for plan in plans],
+            "step_payloads": [step for plan in plans for step in plan.steps],
+        }
+
+        def run(url: str) -> float:
+            with psycopg.connect(url, autocommit=True) as conn:
+                started = time.perf_counter()
+                for start in range(0, count, batch):
+                    size = min(batch, count - start)
+                    with conn.transaction():
+                        if pipelined:
+                            connection.batch(conn, query("post"), [params] * size)
+                        else:
+                            for _ in range(size):
+                                conn.execute(query("post"), params).fetchone()
+                return count / (time.perf_counter() - started)
+
+        return run
+
     def raw(batched: bool) -> Callable[[str], float]:
         def one(conn: psycopg.Connection[Any], ident: int) -> None:
             created = now_ms()
@@ -691,6 +762,20 @@ def workload_post(server: Server, args: argparse.Namespace, report: dict[str, An
         f"raw batch {batch}": ("tpl_post_raw", raw(True)),
         f"procrastinate batch {batch}": ("tpl_post_procrastinate", proc(True)),
     }
+    # The batch levers, one at a time (the post query in SQL, no package on top):
+    # pipelined or not, on this ledger or on one whose head moves per entry.
+    levers = {
+        "sql, pipelined": ("tpl_post_ours", ours_sql(True)),
+        "sql, round trip per item": ("tpl_post_ours", ours_sql(False)),
+    }
+    server.drop("tpl_post_head_per_entry")
+    if template_head_per_entry(server, "tpl_post_head_per_entry"):
+        levers["sql, pipelined, head per entry"] = ("tpl_post_head_per_entry", ours_sql(True))
+        levers["sql, round trip per item, head per entry"] = (
+            "tpl_post_head_per_entry",
+            ours_sql(False),
+        )
+    contenders.update({f"ours batch {batch} ({k})": v for k, v in levers.items()})
     samples: Samples = {name: [] for name in contenders}
     for _ in range(args.reps):
         for label, (template, run) in contenders.items():
@@ -702,6 +787,10 @@ def workload_post(server: Server, args: argparse.Namespace, report: dict[str, An
                 server.drop(name)
     for label in contenders:
         out(f"post {label:28s} {rate_line(samples[label])}")
+    for lever in levers:
+        mine = statistics.median(samples[f"ours batch {batch} ({lever})"])
+        base = statistics.median(samples[f"raw batch {batch}"])
+        out(f"  lever, batch {batch}, {lever}: ours/raw = {mine / base:.2f}")
     med = {label: statistics.median(v) for label, v in samples.items()}
     for mode in ("single", f"batch {batch}"):
         mine = med[f"ours {mode}"]
@@ -1016,8 +1105,8 @@ def print_setup(server: Server, args: argparse.Namespace, report: dict[str, Any]
         f"sizes: {args.steps:,} steps per cycle trial, worker processes {args.mp_counts},"
         f" loops {', '.join(args.loops)}; {args.posts:,} posts, batch {args.batch:,};"
         f" {args.reps} interleaved repetition(s), every trial in a fresh database cloned from"
-        f" a template (VACUUM ANALYZE and CHECKPOINT once; CREATE DATABASE ... STRATEGY"
-        f" {server.strategy})"
+        f" a template (VACUUM ANALYZE, unless empty, and CHECKPOINT once; CREATE DATABASE"
+        f" ... STRATEGY {server.strategy})"
     )
     out(
         f"payload {len(payloads.encode_object(PAYLOAD))} bytes of JSON per message / job;"

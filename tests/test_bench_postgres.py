@@ -1,5 +1,6 @@
-"""scripts/bench_postgres.py still runs end to end (tiny sizes, its own cluster) and reports
-every contender and workload, so the PostgreSQL benchmark of record cannot rot unseen."""
+"""`scripts/bench.py postgres` (the code of scripts/bench_postgres.py) still runs end to
+end (tiny sizes, its own cluster) and reports every contender and workload, so the
+PostgreSQL benchmark of record cannot rot unseen."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def test_bench_postgres_quick_run(tmp_path: Path) -> None:
     run = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "bench_postgres.py"),
+            str(ROOT / "scripts" / "bench.py"),
+            "postgres",
             "--quick",
             "--json",
             str(results),
@@ -54,6 +56,9 @@ def test_bench_postgres_quick_run(tmp_path: Path) -> None:
         "post ours single",
         "post procrastinate batch",
         "post raw batch",
+        "(sql, round trip per item)",
+        "(sql, pipelined, head per entry)",
+        "lever, batch",
         "complete_and_claim",
         "commit of a one-row insert",
         "append ours single",

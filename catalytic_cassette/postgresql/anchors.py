@@ -40,7 +40,7 @@ def ledger_origin(conn: psycopg.Connection[Any]) -> str:
 
 
 def journal_size(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("SELECT next_seq FROM cassette_head").fetchone()
+    row = conn.execute("SELECT cassette_journal_size()").fetchone()
     return int(row[0]) if row else 0
 
 

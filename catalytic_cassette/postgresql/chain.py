@@ -402,10 +402,10 @@ def _url_artifacts(artifact_dir: str | os.PathLike[str] | None) -> ArtifactStore
 
 
 def _call_append(conn: psycopg.Connection[Any], prepared: list[_Prepared]) -> list[Action]:
-    """Insert prepared actions in the caller's transaction, one call each; a refusal
-    names its item (``detail["index"]``) and leaves the transaction to roll back."""
-    stored = []
-    for index, (fields, row) in enumerate(prepared):
+    """Insert prepared actions in the caller's transaction, one call each (pipelined); a
+    refusal names its item (``detail["index"]``) and leaves the transaction to roll back."""
+    batch = []
+    for index, (_fields, row) in enumerate(prepared):
         params = dict(zip(_INSERTED, row, strict=True))
         del params["timestamp"]  # the server's
         if any(isinstance(v, str) and "\x00" in v for v in params.values()):
@@ -415,13 +415,10 @@ def _call_append(conn: psycopg.Connection[Any], prepared: list[_Prepared]) -> li
             )
             error.detail["index"] = index
             raise error
-        try:
-            got = conn.execute(query("append_action"), params).fetchone()
-        except Exception as exc:
-            error = connection.translate(exc)
-            error.detail["index"] = index
-            raise error from exc
-        assert got is not None
+        batch.append(params)
+    stored = []
+    answers = connection.batch(conn, query("append_action"), batch, index_one=True)
+    for (fields, row), got in zip(prepared, answers, strict=True):
         seq, timestamp = int(got[0]), int(got[1])
         if row[_TIMESTAMP] is not None and row[_TIMESTAMP] != timestamp:
             # (cannot happen: the transaction's time is fixed once the head is taken)

@@ -230,6 +230,45 @@ def connect_reader(url: str) -> psycopg.Connection[Any]:
     return connect(url, durability="full", busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, read_only=True)
 
 
+def batch(
+    conn: psycopg.Connection[Any],
+    sql: str,
+    items: list[dict[str, Any]],
+    *,
+    index_one: bool = False,
+) -> list[tuple[Any, ...]]:
+    """One statement per item in the caller's transaction, pipelined (all sent before the
+    first answer is read: one round trip per batch instead of one per item, the head held
+    that much shorter); the first row of each. A refusal is a CassetteError naming the
+    refused item (``detail["index"]``, when there are several or ``index_one``): the items
+    before it have answers, those after it were never run (the server skips them), and the
+    caller's transaction rolls back."""
+    cursors: list[psycopg.Cursor[Any]] = []
+    try:
+        with conn.pipeline():
+            for params in items:
+                cursors.append(conn.execute(sql, params))
+    except psycopg.Error as exc:
+        error = translate(exc)
+        if len(items) > 1 or index_one:
+            error.detail["index"] = next(
+                (i for i, cur in enumerate(cursors) if not _answered(cur)), len(cursors)
+            )
+        raise error from exc
+    rows = []
+    for cur in cursors:
+        row = cur.fetchone()
+        assert row is not None
+        rows.append(tuple(row))
+    return rows
+
+
+def _answered(cur: psycopg.Cursor[Any]) -> bool:
+    from psycopg import pq
+
+    return cur.pgresult is not None and cur.pgresult.status == pq.ExecStatus.TUPLES_OK
+
+
 @contextmanager
 def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
     """One transaction: committed on success, rolled back on any exception, which leaves

@@ -92,7 +92,7 @@ class PgDestination:
         self.conn.execute("UPDATE cassette_meta SET value = %s WHERE key = 'ledger_id'", (wanted,))
 
     def size(self) -> int:
-        row = self.conn.execute("SELECT next_seq FROM cassette_head").fetchone()
+        row = self.conn.execute("SELECT cassette_journal_size()").fetchone()
         return int(row[0]) if row else 0
 
     def chain_at(self, seq: int) -> bytes:
