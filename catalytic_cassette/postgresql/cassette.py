@@ -39,6 +39,8 @@ from .ledger import PgLedger
 from .sqlfiles import query
 
 if TYPE_CHECKING:
+    import psycopg
+
     from ..seals import AutoSeal
     from ..verify import VerifyReport
     from ..worker_keys import PinnedKey, WorkerKey
