@@ -488,9 +488,8 @@ def test_a_genuine_signature_over_another_receipt(
     """w1 signed a completion with one receipt (at the transaction's time, read first,
     as the package does); the receipt recorded is another: bad_signature."""
     with worker.transaction():
-        (at,) = worker.execute("SELECT cassette_worker_now()").fetchone()
-        (ledger_id,) = worker.execute(
-            "SELECT value FROM cassette_meta WHERE key = 'ledger_id'"
+        (at, ledger_id) = worker.execute(
+            "SELECT now_ms, ledger_id FROM cassette_signer_context()"
         ).fetchone()
         signed = statement(
             "complete",
@@ -706,3 +705,18 @@ def test_signed_workers_racing_on_the_server(
         ).fetchone()
     assert mismatched == 0
     assert kinds(ledger, pins) == []
+
+
+def test_the_benchmark_script_runs(pg_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from . import postgres
+
+    sys.path.insert(0, str(postgres.SCRIPTS))
+    try:
+        import bench_worker_keys_pg
+    finally:
+        sys.path.remove(str(postgres.SCRIPTS))
+    assert bench_worker_keys_pg.main([pg_server, "--steps", "5", "--rounds", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "postgresql" in printed and "sqlite" in printed and "signed" in printed
