@@ -720,3 +720,20 @@ def test_the_benchmark_script_runs(pg_server: str, capsys: pytest.CaptureFixture
     assert bench_worker_keys_pg.main([pg_server, "--steps", "5", "--rounds", "1"]) == 0
     printed = capsys.readouterr().out
     assert "postgresql" in printed and "sqlite" in printed and "signed" in printed
+
+
+def test_a_signed_claim_of_a_locked_step_keeps_nothing(
+    pg_ledger: str, keys: dict[str, WorkerKey]
+) -> None:
+    """Another session holds the next step's row lock (a claim skips locked rows): the
+    attested step is not the one the claim would lease, so the call is BUSY and writes
+    nothing; once the lock is gone the same call leases that step."""
+    ledger = Ledger("postgresql", pg_ledger)
+    with ledger.open(worker_key=keys["w1"]) as cassette:
+        cassette.post_message({"jobs": [{"intent": "i", "steps": [{}, {}]}]}, RUN, "USER")
+        before = ledger.journal()
+        with psycopg.connect(pg_ledger) as holder:
+            holder.execute("SELECT 1 FROM cassette_steps WHERE step_id = 1 FOR UPDATE")
+            refused(ErrorCode.BUSY, cassette.claim_step, RUN, "w1", TTL)
+            assert ledger.journal() == before
+        assert cassette.claim_step(RUN, "w1", TTL)["step_id"] == 1
