@@ -1,6 +1,6 @@
 """What a worker key costs a worker's loop, on PostgreSQL and on SQLite.
 
-    python scripts/bench_worker_keys_pg.py URL [--steps 400] [--rounds 3]
+    python scripts/bench_worker_keys_pg.py URL [--steps 400] [--rounds 3] [--durability full]
 
 URL is a PostgreSQL server as its superuser (e.g. the one ``scripts/pg_cluster.py start
 DIR`` prints); a fresh database is made there per run and dropped after. One worker
@@ -8,6 +8,8 @@ claims and completes STEPS one-step messages one call at a time (``claim_step`` 
 ``complete_step``), without a key and with one, in alternating rounds on fresh ledgers;
 the same on SQLite files beside it. Prints, per backend, the best round's steps/s for
 each and the ratio signed / unsigned (the baseline is the same loop in the same run).
+Durability is ``normal`` unless told (no flush per commit): what a key adds is CPU and
+round trips, which a shared disk's flushes would drown.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("url")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--durability", choices=("full", "normal"), default="normal")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         key_path, _ = generate(str(Path(folder) / "w1"))
@@ -67,13 +70,17 @@ def main(argv: list[str]) -> int:
             for signed in (False, True):  # alternating, so drift hits both alike
                 name, url = fresh_database(args.url)
                 try:
-                    with MessageCassette(url, worker_key=key if signed else None) as cassette:
+                    with MessageCassette(
+                        url, worker_key=key if signed else None, durability=args.durability
+                    ) as cassette:
                         rate = loop(cassette, args.steps)
                     best["postgresql", signed] = max(best.get(("postgresql", signed), 0), rate)
                 finally:
                     drop_database(args.url, name)
                 path = str(Path(folder) / f"ledger-{index}-{signed}.db")
-                with MessageCassette(path, worker_key=key if signed else None) as cassette:
+                with MessageCassette(
+                    path, worker_key=key if signed else None, durability=args.durability
+                ) as cassette:
                     rate = loop(cassette, args.steps)
                 best["sqlite", signed] = max(best.get(("sqlite", signed), 0), rate)
     for kind in ("postgresql", "sqlite"):
