@@ -279,9 +279,14 @@ class PgMessageCassette(PgLedger, MessageCassette):
                     query("expired_leases_of_run"),
                     {"run_id": run_id, "step_id": step_id, "now": signer.now},
                 ).fetchall()
-                for sid, token in expired:
+                if not expired:  # (the function names why a given step is not requeued)
+                    rows = [tuple(row) for row in conn.execute(query("requeue"), requeue)]
+                else:
+                    rows = []
+                for sid, token in expired:  # attested, then ended, one lease at a time
                     signer.attest("requeue", run_id, step_id=sid, fencing_token=token)
-                rows = [tuple(row) for row in conn.execute(query("requeue"), requeue)]
+                    one = {**requeue, "step_id": sid}
+                    rows += [tuple(row) for row in conn.execute(query("requeue"), one)]
         return [{"step_id": s, "action": a, "fencing_token": t} for s, a, t in rows]
 
     # -------------------------------------------------------------------- reads
