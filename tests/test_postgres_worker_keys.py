@@ -488,9 +488,8 @@ def test_a_genuine_signature_over_another_receipt(
     """w1 signed a completion with one receipt (at the transaction's time, read first,
     as the package does); the receipt recorded is another: bad_signature."""
     with worker.transaction():
-        (at,) = worker.execute("SELECT cassette_worker_now()").fetchone()
-        (ledger_id,) = worker.execute(
-            "SELECT value FROM cassette_meta WHERE key = 'ledger_id'"
+        (at, ledger_id) = worker.execute(
+            "SELECT now_ms, ledger_id FROM cassette_signer_context()"
         ).fetchone()
         signed = statement(
             "complete",
@@ -706,3 +705,35 @@ def test_signed_workers_racing_on_the_server(
         ).fetchone()
     assert mismatched == 0
     assert kinds(ledger, pins) == []
+
+
+def test_the_benchmark_script_runs(pg_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from . import postgres
+
+    sys.path.insert(0, str(postgres.SCRIPTS))
+    try:
+        import bench_worker_keys_pg
+    finally:
+        sys.path.remove(str(postgres.SCRIPTS))
+    assert bench_worker_keys_pg.main([pg_server, "--steps", "5", "--rounds", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "postgresql" in printed and "sqlite" in printed and "signed" in printed
+
+
+def test_a_signed_claim_of_a_locked_step_keeps_nothing(
+    pg_ledger: str, keys: dict[str, WorkerKey]
+) -> None:
+    """Another session holds the next step's row lock (a claim skips locked rows): the
+    attested step is not the one the claim would lease, so the call is BUSY and writes
+    nothing; once the lock is gone the same call leases that step."""
+    ledger = Ledger("postgresql", pg_ledger)
+    with ledger.open(worker_key=keys["w1"]) as cassette:
+        cassette.post_message({"jobs": [{"intent": "i", "steps": [{}, {}]}]}, RUN, "USER")
+        before = ledger.journal()
+        with psycopg.connect(pg_ledger) as holder:
+            holder.execute("SELECT 1 FROM cassette_steps WHERE step_id = 1 FOR UPDATE")
+            refused(ErrorCode.BUSY, cassette.claim_step, RUN, "w1", TTL)
+            assert ledger.journal() == before
+        assert cassette.claim_step(RUN, "w1", TTL)["step_id"] == 1

@@ -34,7 +34,6 @@ from ..errors import CassetteError, ErrorCode
 from ..lease_limits import DEFAULT_TTL_SECONDS
 from ..worker_keys import sha256_text, sign_act
 from . import connection
-from .anchors import ledger_id
 from .ledger import PgLedger
 from .sqlfiles import query
 
@@ -284,9 +283,14 @@ class PgMessageCassette(PgLedger, MessageCassette):
                     query("expired_leases_of_run"),
                     {"run_id": run_id, "step_id": step_id, "now": signer.now},
                 ).fetchall()
-                for sid, token in expired:
+                if not expired:  # (the function names why a given step is not requeued)
+                    rows = [tuple(row) for row in conn.execute(query("requeue"), requeue)]
+                else:
+                    rows = []
+                for sid, token in expired:  # attested, then ended, one lease at a time
                     signer.attest("requeue", run_id, step_id=sid, fencing_token=token)
-                rows = [tuple(row) for row in conn.execute(query("requeue"), requeue)]
+                    one = {**requeue, "step_id": sid}
+                    rows += [tuple(row) for row in conn.execute(query("requeue"), one)]
         return [{"step_id": s, "action": a, "fencing_token": t} for s, a, t in rows]
 
     # -------------------------------------------------------------------- reads
@@ -403,20 +407,21 @@ def _complete_signed(signer: _Signer, item: _Completion) -> int:
 class _Signer:
     """A worker key signing acts inside one transaction of a PostgreSQL ledger.
 
-    Made first thing in the transaction: ``cassette_worker_now()`` takes the head, so the
-    time it returns is the ``created_at`` of every row this transaction writes (the
+    Made first thing in the transaction: ``cassette_signer_context()`` takes the head, so
+    the time it returns is the ``created_at`` of every row this transaction writes (the
     statements' ``at``), and nothing another session commits can come between a read
     below and the act it signs. Each act is attested, then made, through the worker's
-    functions; the server's triggers check both (0007_worker_keys.sql).
+    functions, the two sent together (a pipeline: one round trip while the head is
+    held); the server's triggers check both (0007_worker_keys.sql).
     """
 
     def __init__(self, conn: psycopg.Connection[Any], key: WorkerKey) -> None:
         self.conn = conn
         self.key = key
-        row = conn.execute(query("worker_now")).fetchone()
-        assert row is not None
-        self.now = int(row[0])
-        self.ledger = ledger_id(conn)
+        row = conn.execute(query("signer_context")).fetchone()
+        if row is None or row[1] is None:
+            raise CassetteError(ErrorCode.NOT_A_CASSETTE, "the ledger has no ledger_id")
+        self.now, self.ledger = int(row[0]), str(row[1])
 
     def attest(
         self,
@@ -428,6 +433,8 @@ class _Signer:
         fencing_token: int | None = None,
         **fields: Any,
     ) -> None:
+        """Sign the act and send its attestation (in a pipeline, the act may follow it
+        before any answer comes back: a refusal then refuses both)."""
         signature = sign_act(
             self.key,
             act,
@@ -480,17 +487,19 @@ class _Signer:
         if found is None:
             return None
         step_id, token = int(found[0]), int(found[1])
-        self.attest(
-            "claim",
-            run_id,
-            step_id=step_id,
-            fencing_token=token,
-            lease_expires_at=self.now + ttl_ms,
-        )
-        leased = self.conn.execute(
-            query("claim"),
-            {"run_id": run_id, "worker_id": self.key.worker_id, "n": 1, "ttl_ms": ttl_ms},
-        ).fetchone()
+        with self.conn.pipeline():
+            self.attest(
+                "claim",
+                run_id,
+                step_id=step_id,
+                fencing_token=token,
+                lease_expires_at=self.now + ttl_ms,
+            )
+            claimed = self.conn.execute(
+                query("claim"),
+                {"run_id": run_id, "worker_id": self.key.worker_id, "n": 1, "ttl_ms": ttl_ms},
+            )
+        leased = claimed.fetchone()
         if leased is None or leased[0] != step_id:
             # another session holds the step's row lock (claims skip locked rows): the
             # attested step was not the one leased, so nothing is kept
@@ -499,12 +508,13 @@ class _Signer:
 
     def complete(self, item: _Completion) -> int:
         run_id, step_id, _, token, outcome, receipt = item
-        self.attest(
-            "complete",
-            run_id,
-            step_id=step_id,
-            fencing_token=token,
-            outcome=outcome,
-            receipt_sha256=sha256_text(receipt),
-        )
-        return _complete(self.conn, item)
+        with self.conn.pipeline():
+            self.attest(
+                "complete",
+                run_id,
+                step_id=step_id,
+                fencing_token=token,
+                outcome=outcome,
+                receipt_sha256=sha256_text(receipt),
+            )
+            return _complete(self.conn, item)

@@ -33,8 +33,8 @@ SELECT step_id, action, fencing_token
 -- next holds until commit), then for each act the row it will make, its attestation
 -- (0007_worker_keys.sql), and the act itself through the functions above.
 
--- name: worker_now
-SELECT cassette_worker_now();
+-- name: signer_context
+SELECT now_ms, ledger_id FROM cassette_signer_context();
 
 -- name: attest
 SELECT cassette_attest(%(act)s, %(run_id)s, %(message_id)s, %(step_id)s, %(fencing_token)s,

@@ -6,7 +6,7 @@
 --     insert guard, then NOT NULL and the CHECK constraints in column order), so a row
 --     breaking several gets SQLite's code. Its id is the next dense id and created_at the transaction's time
 --     (cassette_tx_ms()), as for every row here: a signer reads that time first, in the
---     same transaction (cassette_worker_now()), and names it as the statement's `at`.
+--     same transaction (cassette_signer_context()), and names it as the statement's `at`.
 --   * A requeue's timing needs the clock: on SQLite a TEMP trigger of package
 --     connections checks it; here the server has the clock, so every session is held to
 --     it (LEASE_NOT_EXPIRED).
@@ -230,13 +230,16 @@ CREATE TRIGGER cassette_steps_update_signature BEFORE UPDATE ON cassette_steps
 
 -- ------------------------------------------------------------- the worker's functions
 
--- The transaction's time, taking the head (cassette_tx_ms()): what a signing worker
--- names as its statement's `at`, read before it signs, in the transaction that then
--- attests and acts (every row of that transaction is dated with it).
-CREATE FUNCTION cassette_worker_now() RETURNS bigint
+-- What a signing worker names in its statements, read first in the transaction that
+-- then attests and acts: the transaction's time, taking the head (cassette_tx_ms(); every
+-- row of the transaction is dated with it: the statement's `at`), and the ledger's id,
+-- read after the head is taken (a volatile function's statements see what committed
+-- before them), so it is the id the ledger keeps.
+CREATE FUNCTION cassette_signer_context(OUT now_ms bigint, OUT ledger_id text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
-    RETURN cassette_tx_ms();
+    now_ms := cassette_tx_ms();
+    SELECT value INTO ledger_id FROM cassette_meta WHERE key = 'ledger_id';
 END $$;
 
 -- Record a signed statement of an act the caller makes next in this transaction; its
@@ -258,7 +261,7 @@ BEGIN
     RETURN made;
 END $$;
 
-ALTER FUNCTION cassette_worker_now()
+ALTER FUNCTION cassette_signer_context()
     SET standard_conforming_strings = on SET extra_float_digits = 1 SET bytea_output = 'hex';
 ALTER FUNCTION cassette_attest(text, text, bigint, bigint, bigint, text, text, text)
     SET standard_conforming_strings = on SET extra_float_digits = 1 SET bytea_output = 'hex';
@@ -267,6 +270,6 @@ REVOKE ALL ON cassette_attestations FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA public FROM PUBLIC;
 GRANT SELECT ON cassette_attestations TO cassette_worker, cassette_appender, cassette_auditor;
 GRANT EXECUTE ON FUNCTION
-    cassette_worker_now(),
+    cassette_signer_context(),
     cassette_attest(text, text, bigint, bigint, bigint, text, text, text)
    TO cassette_worker;
