@@ -226,3 +226,49 @@ def package_idle(cassette: MessageCassette) -> bool:
 
         return bool(pg.info.transaction_status == TransactionStatus.IDLE)
     return not cassette.conn.in_transaction
+
+
+def raw_script(target: str | Path, *statements: str) -> bool:
+    """Run ``statements`` in one transaction as ``Ledger.raw_sql``'s attacker; True when
+    every one was taken (and committed), False when one was refused (nothing kept)."""
+    if not is_postgresql(target):
+        conn = sqlite3.connect(target, isolation_level=None)
+        try:
+            conn.execute("BEGIN")
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            return False
+        finally:
+            conn.close()
+        return True
+    import psycopg
+
+    with _pg_connect(str(target)) as pg:
+        try:
+            with pg.transaction():
+                for statement in statements:
+                    pg.execute(statement)
+        except psycopg.Error:
+            return False
+    return True
+
+
+def exists(target: str | Path) -> bool:
+    """Whether a ledger has been made at ``target`` (a file; a migrated database)."""
+    if not is_postgresql(target):
+        return Path(target).exists()
+    (made,) = rows(target, "SELECT to_regclass('cassette_migrations') IS NOT NULL")[0]
+    return bool(made)
+
+
+def schema_version(target: str | Path) -> int:
+    """The schema version this package writes on the backend of ``target``."""
+    if is_postgresql(target):
+        from catalytic_cassette.postgresql import sqlfiles
+
+        return len(sqlfiles.migrations())
+    from catalytic_cassette.migrate import current_version
+
+    return current_version()

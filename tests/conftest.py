@@ -204,7 +204,14 @@ def action_dict(
 
 def record_future_migration(path: Path, version: int, name: str = "future") -> None:
     """What a newer package's migration does to this file: it re-creates the migrations
-    guard for its own version (as every migration from 0005 on does), then records it."""
+    guard for its own version (as every migration from 0005 on does), then records it; on
+    PostgreSQL the owner records it (the table has no guard there)."""
+    if backends.is_postgresql(path):
+        assert backends.raw_script(
+            path,
+            f"INSERT INTO cassette_migrations (version, name) VALUES ({int(version)}, '{name}')",
+        )
+        return
     conn = sqlite3.connect(path)
     conn.create_function("cassette_chain_hash", 3, lambda *args: None)  # a package connection
     conn.execute("DROP TRIGGER cassette_migrations_insert_guard")
