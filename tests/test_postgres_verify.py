@@ -313,6 +313,27 @@ def test_the_stored_key_beside_a_body(owner: Any, busy: str) -> None:
     assert [f.seq for f in report.errors] == [1]
 
 
+def test_the_stored_key_beside_an_actions_body(pg_ledger: str) -> None:
+    """An action's id is stored beside its body as itself (0004_actions): a healthy ledger
+    with actions verifies clean (it once reported every action's entry), and a key quoted
+    the way no trigger writes it is found."""
+    from catalytic_cassette import CausalChain
+
+    from .conftest import action_dict
+
+    with CausalChain(pg_ledger) as chain:
+        plan = chain.append_action(action_dict("PlanStarted", "plan"))
+        chain.append_action(action_dict("PlanStepStarted", "step", plan.action_id))
+    assert verify(pg_ledger).ok, verify(pg_ledger).findings
+    with psycopg.connect(pg_ledger, autocommit=True) as owner:
+        owner.execute("ALTER TABLE cassette_journal DISABLE TRIGGER USER")
+        owner.execute("UPDATE cassette_journal SET row_key = '\"' || row_key || '\"' WHERE seq = 1")
+        owner.execute("ALTER TABLE cassette_journal ENABLE TRIGGER USER")
+    report = verify(pg_ledger)
+    assert errors(report) == {"journal_columns"}
+    assert [f.seq for f in report.errors] == [1]
+
+
 def test_a_step_committed_without_its_receipt_and_journaled_consistently(busy: str) -> None:
     """The owner turns off the step guard and the journal's, commits a step by hand: the
     journaling trigger still writes a true entry, so chain and state agree; the

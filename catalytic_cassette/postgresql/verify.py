@@ -276,14 +276,15 @@ def _check_rows(mirror: sqlite3.Connection, options: VerifyOptions, now_ms: int)
 
 def check_journal_columns(conn: sqlite3.Connection, out: Collector) -> None:
     """The table name and key PostgreSQL stores beside each body (read by the by-row
-    index) are the body's: the key as its JSON text, as the journaling trigger writes it
-    (the decimal digits of an integer key, a string key quoted)."""
+    index) are the body's: the key as text, as the journaling trigger writes it (the
+    decimal digits of an integer key; a string key, an action's or a checkpoint's id, as
+    itself, unquoted: 0004_actions)."""
     rows = conn.execute(
         "SELECT seq, tbl, row_key FROM main.cassette_journal NOT INDEXED WHERE json_valid(body)"
         " AND (tbl IS NOT json_extract(body, '$.table') OR row_key IS NOT"
         " CASE json_type(body, '$.key')"
         "  WHEN 'integer' THEN CAST(json_extract(body, '$.key') AS TEXT)"
-        "  WHEN 'text' THEN json_quote(json_extract(body, '$.key')) END) ORDER BY seq"
+        "  WHEN 'text' THEN json_extract(body, '$.key') END) ORDER BY seq"
     )
     for seq, tbl, key in rows:
         out.add(
