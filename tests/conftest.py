@@ -105,8 +105,9 @@ def ledger(backend: Ledger) -> tuple[Path, ManualClock]:
 
 
 @pytest.fixture
-def cassette(backend: Ledger) -> Iterator[MessageCassette]:
-    with backend.open() as opened:
+def cassette(db_path: Path, clock: ManualClock) -> Iterator[MessageCassette]:
+    """The ledger at ``db_path`` opened with ``clock`` (a module may override either)."""
+    with MessageCassette(db_path, clock=clock) as opened:
         yield opened
 
 
