@@ -16,7 +16,10 @@ from catalytic_cassette import CassetteError, ErrorCode, ManualClock, MessageCas
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.payloads import dumps
 
+from .backends import Ledger
 from .conftest import action_dict, file_digest
+
+pytestmark = pytest.mark.both_backends
 
 NON_FINITE = [math.nan, math.inf, -math.inf]
 LONE_SURROGATE = "run-\udcff"  # what os.fsdecode makes of the byte 0xff
@@ -60,11 +63,11 @@ def test_finite_values_encode_and_null_stays_null(value: Any) -> None:
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Path:
-    path = tmp_path / "ledger.db"
-    with CausalChain(path, clock=ManualClock()) as chain:
+def ledger(backend: Ledger) -> Path:
+    path: Any = backend.target if backend.postgresql else Path(backend.target)
+    with CausalChain(path, clock=backend.clock) as chain:
         chain.append_action(action_dict("PlanStarted", "plan"))
-    with MessageCassette(path, clock=ManualClock()) as cassette:
+    with MessageCassette(path, clock=backend.clock) as cassette:
         cassette.post_message({"x": 1}, "r", "USER")
     return path
 

@@ -57,6 +57,13 @@ from .tree_helpers import grow as _grow
 from .tree_helpers import look_alike as _look_alike
 from .tree_helpers import nodes as _nodes
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=(
+        "attacks on SQLite migration 0009's SQL through sqlite3 connections and the file; "
+        "PostgreSQL's owner and role attacks: test_postgres_attacks.py"
+    )
+)
+
 KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(100, 132)))
 
 # ------------------------------------------------------------------------- helpers

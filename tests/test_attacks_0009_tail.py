@@ -48,6 +48,13 @@ from .tree_helpers import grow as _grow
 from .tree_helpers import look_alike as _look_alike
 from .tree_helpers import nodes as _nodes
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=(
+        "attacks on SQLite migration 0009's stored tree and aggregate through sqlite3 "
+        "connections and the file"
+    )
+)
+
 KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(40, 72)))
 HEADS = [1, 2, 255, 256, 257, 511, 512, 513, 3 * GROW_BLOCK + 40]
 

@@ -31,6 +31,10 @@ from catalytic_cassette.verify import verify_path
 
 from .conftest import dump, file_digest
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=("attacks on SQLite migration 0010's SQL through sqlite3 connections")
+)
+
 VERSION_BEFORE = 9
 HEX = "ab" * 32
 NEW_ID = "00000000-0000-4000-8000-00000000ffff"

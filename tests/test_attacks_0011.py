@@ -32,6 +32,10 @@ from catalytic_cassette.verify import verify_path
 
 from .conftest import dump, file_digest
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=("SQLite's TEMP triggers and RAISE(IGNORE) (migration 0011); PostgreSQL has neither")
+)
+
 FAR = "4102444800000"  # 2100: later than anything the ManualClock dated
 TOP = "9223372036854775807"  # 2^63 - 1: the id that would brick a table
 SIG = "'" + "A" * 86 + "=='"

@@ -19,6 +19,10 @@ from catalytic_cassette.verify import verify_path
 
 from .conftest import file_digest
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=("attacks by someone who writes the SQLite file (triggers dropped, writable_schema)")
+)
+
 T0 = 1_700_000_000_000
 YEAR_10000_MS = 253_402_300_800_000
 

@@ -19,10 +19,13 @@ from click.testing import CliRunner, Result
 
 from catalytic_cassette import MessageCassette
 from catalytic_cassette.cli import cli
-from catalytic_cassette.migrate import current_version
 from catalytic_cassette.payloads import MAX_PAYLOAD_BYTES
 
+from . import backends
+from .backends import Ledger
 from .conftest import dump, file_digest, record_future_migration
+
+pytestmark = pytest.mark.both_backends
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_LINE = re.compile(r"^error: ([A-Z][A-Z_]+): \S.*$")
@@ -82,13 +85,9 @@ def write_json(path: Path, value: Any) -> Path:
 
 
 def receipt_json(db: Path, step_id: int) -> dict[str, Any]:
-    conn = sqlite3.connect(db)
-    try:
-        row = conn.execute(
-            "SELECT receipt_json FROM cassette_receipts WHERE step_id = ?", (step_id,)
-        ).fetchone()
-    finally:
-        conn.close()
+    (row,) = backends.rows(
+        db, "SELECT receipt_json FROM cassette_receipts WHERE step_id = ?", step_id
+    )
     return dict(json.loads(row[0]))
 
 
@@ -105,7 +104,10 @@ def cassette_script() -> str:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
+def db(request: pytest.FixtureRequest, backend: Ledger, tmp_path: Path) -> Path:
+    """Where a ledger is not yet: a new file's path, or an empty PostgreSQL database."""
+    if backend.postgresql:
+        return request.getfixturevalue("pg_database")  # type: ignore[no-any-return]
     return tmp_path / "cli.db"
 
 
@@ -120,9 +122,9 @@ def receipt(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> dict[str, Any]:
+def ledger(backend: Ledger) -> dict[str, Any]:
     """An existing ledger with rows: a committed step, a live lease, pending steps."""
-    path = tmp_path / "ledger.db"
+    path: Any = backend.target if backend.postgresql else Path(backend.target)
     with MessageCassette(path) as cassette:
         for n in range(3):
             cassette.post_message({"n": n}, "r1", "USER", f"key-{n}")
@@ -559,11 +561,12 @@ class TestInit:
     """``cassette init``."""
 
     def test_init_creates_then_reports_existing(self, db: Path) -> None:
+        version = backends.schema_version(db)
         first = out(invoke(db, "init"))
-        assert first == {"db": str(db), "created": True, "schema_version": current_version()}
-        assert db.exists()
+        assert first == {"db": str(db), "created": True, "schema_version": version}
+        assert backends.exists(db)
         again = out(invoke(db, "init"))
-        assert again == {"db": str(db), "created": False, "schema_version": current_version()}
+        assert again == {"db": str(db), "created": False, "schema_version": version}
 
     def test_init_with_durability_normal(self, db: Path) -> None:
         result = CliRunner().invoke(cli, ["--db", str(db), "--durability", "normal", "init"])
@@ -580,7 +583,7 @@ class TestPost:
             env={"CASSETTE_DB": str(db)},
         )
         assert out(result) == {"message_id": 1, "job_id": 1}
-        assert db.exists()
+        assert backends.exists(db)
 
     def test_post_from_file_and_from_stdin(self, db: Path, payload: Path) -> None:
         first = out(
@@ -944,11 +947,19 @@ class TestVerify:
 
     def test_verify_tampered_exits_1(self, ledger: dict[str, Any]) -> None:
         path = ledger["path"]
-        conn = sqlite3.connect(path)
-        conn.execute("DROP TRIGGER cassette_receipts_no_update")
-        conn.execute("UPDATE cassette_receipts SET outcome = 'FAILURE'")
-        conn.commit()
-        conn.close()
+        if backends.is_postgresql(path):  # the owner turns the table's rules off and back on
+            assert backends.raw_script(
+                path,
+                "ALTER TABLE cassette_receipts DISABLE TRIGGER USER",
+                "UPDATE cassette_receipts SET outcome = 'FAILURE'",
+                "ALTER TABLE cassette_receipts ENABLE TRIGGER USER",
+            )
+        else:
+            conn = sqlite3.connect(path)
+            conn.execute("DROP TRIGGER cassette_receipts_no_update")
+            conn.execute("UPDATE cassette_receipts SET outcome = 'FAILURE'")
+            conn.commit()
+            conn.close()
         before = snapshot(path)
         result = invoke(path, "verify", "--json")
         assert result.exit_code == 1, (result.stdout, result.stderr)
@@ -1131,6 +1142,7 @@ class TestMigrate:
         assert_refused(invoke(path, "verify"), "SCHEMA_TOO_NEW", exit_code=3)
         assert snapshot(path) == before
 
+    @pytest.mark.sqlite_only(reason="rollback journal mode is a setting of a SQLite file")
     def test_newer_schema_in_rollback_mode_is_left_untouched(self, ledger: dict[str, Any]) -> None:
         path = ledger["path"]
         _make_newer(path)

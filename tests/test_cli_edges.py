@@ -33,7 +33,10 @@ from catalytic_cassette.cli import cli
 from catalytic_cassette.cli.boundary import VERIFYING_COMMANDS
 from catalytic_cassette.cli.output import write_json_array, write_nl, write_table
 
+from .backends import Ledger
 from .conftest import action_dict, file_digest, unguarded
+
+pytestmark = pytest.mark.both_backends
 
 CODE_LINE = re.compile(r"^error: ([A-Z][A-Z_]+): \S.*$")
 ESC = "\x1b"
@@ -66,11 +69,10 @@ def ledger_files(db: Path) -> list[Path]:
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Iterator[dict[str, Any]]:
+def ledger(backend: Ledger, tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A ledger with a plan of a few actions, one a failed call, and a key pair."""
-    db = tmp_path / "ledger.db"
-    clock = ManualClock(1_700_000_000_000)
-    with CausalChain(db, clock=clock) as chain:
+    db: Any = backend.target if backend.postgresql else Path(backend.target)
+    with CausalChain(db, clock=backend.clock) as chain:
         plan = chain.append_action(action_dict("PlanStarted", "plan"))
         step = chain.append_action(action_dict("PlanStepStarted", "step", plan.action_id))
         call = chain.append_action(
@@ -174,7 +176,8 @@ _REQUIRED_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("seal",): ("--key", "{key}"),
     ("verify-proof",): ("{pub}", "--public-key", "{pub}", "--origin", "o"),
     ("backup",): ("{tmp}/b.db", "--key", "{key}"),
-    ("restore",): ("{db}", "{tmp}/r.db", "--public-key", "{pub}", "--origin", "o"),
+    # any file that exists: the callback never runs (a PostgreSQL --db is no file)
+    ("restore",): ("{pub}", "{tmp}/r.db", "--public-key", "{pub}", "--origin", "o"),
     ("copy",): ("{db}", "{tmp}/c.db"),
     ("verify-bundle",): ("{pub}", "--public-key", "{pub}", "--origin", "o"),
 }
@@ -308,6 +311,9 @@ class TestInit:
 
 
 class TestForgedText:
+    @pytest.mark.sqlite_only(
+        reason="bytes that are not UTF-8 in a TEXT column: PostgreSQL's text holds none"
+    )
     def test_a_forged_undecodable_field_is_a_coded_refusal(self, ledger: dict[str, Any]) -> None:
         """Someone who can write the file stores bytes that are not UTF-8 in a TEXT column."""
         with unguarded(ledger["db"]) as conn:
@@ -560,9 +566,9 @@ class TestActions:
 
 
 @pytest.fixture
-def paused(tmp_path: Path) -> dict[str, Any]:
-    db = tmp_path / "plan.db"
-    with CausalChain(db, clock=ManualClock()) as chain:
+def paused(backend: Ledger) -> dict[str, Any]:
+    db: Any = backend.target if backend.postgresql else Path(backend.target)
+    with CausalChain(db, clock=backend.clock) as chain:
         chain.append_action(action_dict("PlanStarted", "plan"))
         checkpoint = chain.pause("p", {"cursor": 2})
     return {"db": db, "checkpoint": checkpoint.metadata["checkpoint_id"]}
@@ -643,6 +649,9 @@ class TestInterrupt:
             raise KeyboardInterrupt
 
         monkeypatch.setattr("catalytic_cassette.cassette.MessageCassette.status", interrupted)
+        monkeypatch.setattr(
+            "catalytic_cassette.postgresql.cassette.PgMessageCassette.status", interrupted
+        )
         monkeypatch.setattr("catalytic_cassette.verify.verify_path", interrupted)
         answered(invoke(ledger["db"], *command), "INTERRUPTED", 130)
 
@@ -685,7 +694,15 @@ class TestInterrupt:
         )
         _wait_until_reading_stdin(proc.pid)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        # stdin stays open until the process has ended: closing it first (communicate)
+        # raced the signal under load, and an empty payload won (INVALID_PAYLOAD)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            assert proc.stdin is not None and proc.stderr is not None
+            proc.kill()  # (only if it still runs: a hang fails here, not forever)
+            proc.stdin.close()
+            err = proc.stderr.read()
         assert proc.returncode == 130, err
         assert err.decode().strip().splitlines()[-1].startswith("error: INTERRUPTED: ")
         assert b"Traceback" not in err

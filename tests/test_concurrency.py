@@ -24,7 +24,13 @@ import pytest
 
 from catalytic_cassette import CassetteError, ErrorCode, MessageCassette
 
-pytestmark = pytest.mark.slow  # multi-process; still part of the default run
+pytestmark = [
+    pytest.mark.slow,  # multi-process; still part of the default run
+    pytest.mark.sqlite_only(
+        reason="processes racing on one SQLite file, killed mid-write (PostgreSQL's worker"
+        " processes: test_postgres_processes.py)"
+    ),
+]
 
 CTX = mp.get_context("spawn")
 RUN = "run-concurrency"

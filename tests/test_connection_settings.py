@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from catalytic_cassette import MessageCassette, connect
 from catalytic_cassette.connection import WAL_AUTOCHECKPOINT_PAGES
+
+pytestmark = pytest.mark.sqlite_only(reason="SQLite PRAGMAs of the package's connection")
 
 
 def test_a_writer_checkpoints_after_the_package_s_wal_size(db_path: Path) -> None:

@@ -42,6 +42,10 @@ from catalytic_cassette.verify import verify_path
 
 from .conftest import action_dict, file_digest
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=("file bytes, links, FIFOs and permissions of the ledger file and its companions")
+)
+
 CODE_LINE = re.compile(r"^error: ([A-Z][A-Z_]+): \S.*$")
 PROMPT = 10.0  # seconds: far above any honest answer, far below a hang
 VICTIM_BYTES = b"the attacker's target: must never change\n"

@@ -38,7 +38,11 @@ from catalytic_cassette.actions import COLUMNS, Action
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.verify import verify_path
 
+from . import backends
+from .backends import package_idle
 from .conftest import dump
+
+pytestmark = pytest.mark.both_backends
 
 # ---------------------------------------------------------------------- the law
 
@@ -233,7 +237,22 @@ def assert_sql_code(error: BaseException, code: str) -> None:
     assert sql_code_is(error, code), (code, str(error))
 
 
-def journal_length(conn: sqlite3.Connection) -> int:
+# Tests that attack through SQLite's own connections (test_postgres_chain.py gives the
+# same rows to PostgreSQL's owner and checks the same codes).
+RAW_SQLITE3 = pytest.mark.sqlite_only(
+    reason="attacked through a raw sqlite3 connection; PostgreSQL's raw inserts get the"
+    " same codes in test_postgres_chain.py"
+)
+PACKAGE_CONNECTION = pytest.mark.sqlite_only(
+    reason="a write through the package's own SQLite connection; PostgreSQL's raw"
+    " checkpoint inserts are in test_postgres_chain.py"
+)
+
+
+def journal_length(conn: sqlite3.Connection | CausalChain) -> int:
+    """Entries in the journal: through a SQLite connection, or a ledger of either backend."""
+    if isinstance(conn, CausalChain):
+        return int(backends.rows(conn.db_path, "SELECT count(*) FROM cassette_journal")[0][0])
     return int(conn.execute("SELECT count(*) FROM cassette_journal").fetchone()[0])
 
 
@@ -407,16 +426,16 @@ class LifecycleMachine(RuleBasedStateMachine):
             cost_micros=round(fields["cost"] * 1_000_000),
             duration_ms=fields["duration_ms"],
         )
-        before = journal_length(self.chain.conn)
+        before = journal_length(self.chain)
         if expected is None:
             stored = self.chain.append_action(fields)
-            assert journal_length(self.chain.conn) == before + 1
+            assert journal_length(self.chain) == before + 1
             self.law.record(stored)
             return stored.action_id
         with pytest.raises(CassetteError) as excinfo:
             self.chain.append_action(fields)
         assert excinfo.value.code.value in codes, (codes, str(excinfo.value))
-        assert journal_length(self.chain.conn) == before
+        assert journal_length(self.chain) == before
         return None
 
     @rule(data=st.data(), action_type=st.sampled_from(["PlanStarted", "PlanResumed"]))
@@ -550,12 +569,12 @@ class LifecycleMachine(RuleBasedStateMachine):
         elif chosen not in self.law.checkpoints or self.law.checkpoints[chosen][0] != plan_id:
             expected = ErrorCode.NOT_FOUND
         event(f"resume: {expected.value if expected else 'accepted'}")
-        before = journal_length(self.chain.conn)
+        before = journal_length(self.chain)
         if expected is not None:
             with pytest.raises(CassetteError) as excinfo:
                 self.chain.resume(plan_id, given)
             refused(excinfo, expected)
-            assert journal_length(self.chain.conn) == before
+            assert journal_length(self.chain) == before
             return
         assert chosen is not None
         result = self.chain.resume(plan_id, given)
@@ -565,7 +584,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert action.action_type == "PlanResumed"
         assert action.parent_action_id == plan.started
         assert action.metadata == {"checkpoint_id": chosen}
-        assert journal_length(self.chain.conn) == before + 1
+        assert journal_length(self.chain) == before + 1
         self.law.record(action)
 
     # -------------------------------------------------------- invariants
@@ -578,7 +597,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     @invariant()
     def the_journal_holds_exactly_the_accepted_rows(self) -> None:
         expected = len(self.law.actions) + len(self.law.checkpoints)
-        assert journal_length(self.chain.conn) == expected
+        assert journal_length(self.chain) == expected
 
     @invariant()
     def plan_status_matches_the_model(self) -> None:
@@ -606,7 +625,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert steps == expected
 
 
-TestLifecycleLaw = LifecycleMachine.TestCase
+TestLifecycleLaw = pytest.mark.sqlite_only(
+    reason="every rule is also attacked through a raw sqlite3 connection beside the package's"
+)(LifecycleMachine.TestCase)
 TestLifecycleLaw.settings = settings(
     max_examples=30,
     stateful_step_count=30,
@@ -909,6 +930,7 @@ def _case_fields(ledger: Ledger, make: Callable[[Ledger], dict[str, Any]]) -> di
     return {"intent_id": "intent", "action_type": "InternalStep", "function_name": "fn", **fields}
 
 
+@RAW_SQLITE3
 @pytest.mark.parametrize(
     ("make", "code"), [pytest.param(m, c, id=name) for name, m, c in LAW_CASES]
 )
@@ -932,17 +954,17 @@ def test_the_law_holds_for_raw_connections_and_the_package(
         assert dump(db_path) == before
     finally:
         raw.close()
-    journal = journal_length(chain.conn)
+    journal = journal_length(chain)
     if code is None:
         stored = chain.append_action(fields)
-        assert journal_length(chain.conn) == journal + 1
+        assert journal_length(chain) == journal + 1
         assert chain.get_action(stored.action_id) == stored
     else:
         with pytest.raises(CassetteError) as refusal:
             chain.append_action(fields)
         refused(refusal, code)
         assert dump(db_path) == before
-    assert not chain.conn.in_transaction
+    assert package_idle(chain)
 
 
 def test_a_default_retries_max_is_zero(chain: CausalChain) -> None:
@@ -978,7 +1000,7 @@ def test_retries_up_to_the_declared_max_then_exhausted(chain: CausalChain) -> No
 
 def test_a_batch_is_checked_row_by_row_and_refused_whole(chain: CausalChain) -> None:
     base = {"plan_id": "p", "intent_id": "i", "function_name": "f"}
-    journal = journal_length(chain.conn)
+    journal = journal_length(chain)
     with pytest.raises(CassetteError) as excinfo:
         chain.append_actions(
             [
@@ -989,8 +1011,8 @@ def test_a_batch_is_checked_row_by_row_and_refused_whole(chain: CausalChain) -> 
         )
     refused(excinfo, ErrorCode.PLAN_FINISHED)
     assert excinfo.value.detail["index"] == 2
-    assert journal_length(chain.conn) == journal
-    assert not chain.conn.in_transaction
+    assert journal_length(chain) == journal
+    assert package_idle(chain)
 
 
 # (name, fields given the finished plan's open step and its checkpoint)
@@ -1028,6 +1050,7 @@ FINISHED_CASES: list[tuple[str, Callable[[str, str], dict[str, Any]], bool]] = [
 ]
 
 
+@RAW_SQLITE3
 @pytest.mark.parametrize(
     "make",
     [pytest.param(m, id=name, marks=[]) for name, m, bug in FINISHED_CASES],
@@ -1171,6 +1194,7 @@ CHECKPOINT_ATTACKS: list[tuple[str, str, Callable[[dict[str, Any]], tuple[Any, .
 ]
 
 
+@RAW_SQLITE3
 @pytest.mark.parametrize(
     ("sql", "params", "code"),
     [pytest.param(s, p, c, id=name) for name, s, p, c in CHECKPOINT_ATTACKS],
@@ -1207,9 +1231,9 @@ def test_checkpoints_are_content_addressed(chain: CausalChain) -> None:
         "p", {"todo": ["a", "b"], "nested": {"a": None, "z": 1}, "cursor": 7}
     )
     assert first == again == checkpoint_id("p", context)
-    rows = chain.conn.execute(
-        "SELECT checkpoint_id, plan_id, context_json FROM cassette_checkpoints"
-    ).fetchall()
+    rows = backends.rows(
+        chain.db_path, "SELECT checkpoint_id, plan_id, context_json FROM cassette_checkpoints"
+    )
     assert len(rows) == 1
     stored_id, plan_id, text = rows[0]
     assert (stored_id, plan_id) == (first, "p")
@@ -1218,8 +1242,8 @@ def test_checkpoints_are_content_addressed(chain: CausalChain) -> None:
     other = chain.save_checkpoint("p", {**context, "cursor": 8})
     same_context_other_plan = chain.save_checkpoint("q", context)
     assert len({first, other, same_context_other_plan}) == 3
-    assert chain.conn.execute("SELECT count(*) FROM cassette_checkpoints").fetchone()[0] == 3
-    assert journal_length(chain.conn) == 3
+    assert backends.rows(chain.db_path, "SELECT count(*) FROM cassette_checkpoints")[0][0] == 3
+    assert journal_length(chain) == 3
 
 
 @pytest.mark.parametrize(
@@ -1232,9 +1256,9 @@ def test_load_checkpoint_returns_the_context(chain: CausalChain, context: Any) -
     assert loaded["checkpoint_id"] == cp
     assert loaded["plan_id"] == "plan"
     assert loaded["context"] == context
-    text = chain.conn.execute(
-        "SELECT context_json FROM cassette_checkpoints WHERE checkpoint_id = ?", (cp,)
-    ).fetchone()[0]
+    text = backends.rows(
+        chain.db_path, "SELECT context_json FROM cassette_checkpoints WHERE checkpoint_id = ?", cp
+    )[0][0]
     assert cp == "cp-" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -1246,7 +1270,7 @@ def test_save_checkpoint_refusals(chain: CausalChain) -> None:
     with pytest.raises(CassetteError) as excinfo:
         chain.load_checkpoint(UNKNOWN_CHECKPOINT)
     refused(excinfo, ErrorCode.NOT_FOUND)
-    assert journal_length(chain.conn) == 0
+    assert journal_length(chain) == 0
 
 
 @contextmanager
@@ -1274,22 +1298,31 @@ def test_a_tampered_checkpoint_is_refused_on_load_and_named_by_verify(
     cp = paused.metadata["checkpoint_id"]
     assert verify_path(str(db_path)).ok
     forged = canonical({"context": {"cursor": 99}, "plan_id": "p"})
-    with persistent_triggers_dropped(db_path) as raw:
-        raw.execute(
-            "UPDATE cassette_checkpoints SET context_json = ? WHERE checkpoint_id = ?",
-            (forged, cp),
+    if backends.is_postgresql(db_path):  # the owner turns the table's rules off, then on
+        assert backends.raw_script(
+            db_path,
+            "ALTER TABLE cassette_checkpoints DISABLE TRIGGER USER",
+            f"UPDATE cassette_checkpoints SET context_json = '{forged}'"
+            f" WHERE checkpoint_id = '{cp}'",
+            "ALTER TABLE cassette_checkpoints ENABLE TRIGGER USER",
         )
+    else:
+        with persistent_triggers_dropped(db_path) as raw:
+            raw.execute(
+                "UPDATE cassette_checkpoints SET context_json = ? WHERE checkpoint_id = ?",
+                (forged, cp),
+            )
     with pytest.raises(CassetteError) as excinfo:
         chain.load_checkpoint(cp)
     refused(excinfo, ErrorCode.CHECKPOINT_MISMATCH)
     with pytest.raises(CassetteError) as excinfo:
         chain.latest_checkpoint("p")
     refused(excinfo, ErrorCode.CHECKPOINT_MISMATCH)
-    journal = journal_length(chain.conn)
+    journal = journal_length(chain)
     with pytest.raises(CassetteError) as excinfo:
         chain.resume("p")
     refused(excinfo, ErrorCode.CHECKPOINT_MISMATCH)
-    assert journal_length(chain.conn) == journal
+    assert journal_length(chain) == journal
     assert chain.plan_status("p")["state"] == "paused"
     report = verify_path(str(db_path))
     assert not report.ok
@@ -1298,6 +1331,7 @@ def test_a_tampered_checkpoint_is_refused_on_load_and_named_by_verify(
     assert all(f.table == "cassette_checkpoints" for f in report.errors), report.to_dict()
 
 
+@PACKAGE_CONNECTION
 @pytest.mark.parametrize(
     "forge",
     [
@@ -1324,7 +1358,7 @@ def test_a_wrong_checkpoint_id_through_the_package_connection(
             (forge(text), text),
         )
     refused(excinfo, ErrorCode.CHECKPOINT_MISMATCH)
-    assert not chain.conn.in_transaction
+    assert package_idle(chain)
     assert dump(db_path) == before
     with write_transaction(chain.conn) as conn:  # the right id is accepted and journaled
         conn.execute(
@@ -1332,7 +1366,7 @@ def test_a_wrong_checkpoint_id_through_the_package_connection(
             " VALUES (?, 'p', ?, 0)",
             (checkpoint_id("p", {"cursor": 1}), text),
         )
-    assert journal_length(chain.conn) == 1
+    assert journal_length(chain) == 1
     assert verify_path(str(db_path)).ok
 
 
@@ -1375,14 +1409,14 @@ def test_pause_and_resume_record_their_actions(chain: CausalChain, clock: Manual
     assert chain.get_action(resumed.action_id) == resumed
     assert chain.plan_status("p")["state"] == "running"
 
-    journal = journal_length(chain.conn)
+    journal = journal_length(chain)
     with pytest.raises(CassetteError) as excinfo:
         chain.resume("p")
     refused(excinfo, ErrorCode.PLAN_NOT_PAUSED)
     with pytest.raises(CassetteError) as excinfo:
         chain.resume("nobody")
     refused(excinfo, ErrorCode.PLAN_NOT_PAUSED)
-    assert journal_length(chain.conn) == journal
+    assert journal_length(chain) == journal
 
 
 def test_resume_an_unknown_or_foreign_checkpoint_is_not_found(chain: CausalChain) -> None:
@@ -1390,12 +1424,12 @@ def test_resume_an_unknown_or_foreign_checkpoint_is_not_found(chain: CausalChain
     _start(chain, "q")
     chain.pause("p", {"at": "p"})
     foreign = chain.pause("q", {"at": "q"}).metadata["checkpoint_id"]
-    journal = journal_length(chain.conn)
+    journal = journal_length(chain)
     for wrong in (UNKNOWN_CHECKPOINT, foreign):
         with pytest.raises(CassetteError) as excinfo:
             chain.resume("p", wrong)
         refused(excinfo, ErrorCode.NOT_FOUND)
-    assert journal_length(chain.conn) == journal
+    assert journal_length(chain) == journal
     assert chain.plan_status("p")["state"] == "paused"
     assert chain.resume("q", foreign)["context"] == {"at": "q"}
 
@@ -1411,7 +1445,7 @@ def test_latest_checkpoint_follows_the_last_pause(chain: CausalChain) -> None:
         assert latest["context"] == context
         assert latest["checkpoint_id"] == paused.metadata["checkpoint_id"]
         assert chain.resume("p")["context"] == context
-    count = chain.conn.execute("SELECT count(*) FROM cassette_checkpoints").fetchone()[0]
+    count = backends.rows(chain.db_path, "SELECT count(*) FROM cassette_checkpoints")[0][0]
     assert count == 2
     # resume may name any earlier checkpoint of the plan
     chain.pause("p", {"n": 3})
@@ -1430,11 +1464,11 @@ def test_resume_without_any_checkpoint_is_not_found(chain: CausalChain) -> None:
     base = {"plan_id": "p", "intent_id": "i", "function_name": "f"}
     started = _start(chain)
     chain.append_action({**base, "action_type": "PlanPaused"})  # paused, no checkpoint named
-    journal = journal_length(chain.conn)
+    journal = journal_length(chain)
     with pytest.raises(CassetteError) as excinfo:
         chain.resume("p")
     refused(excinfo, ErrorCode.NOT_FOUND)
-    assert journal_length(chain.conn) == journal
+    assert journal_length(chain) == journal
     assert chain.latest_checkpoint("p") is None
     # a checkpoint saved for the plan is then the one resumed from
     cp = chain.save_checkpoint("p", {"saved": "later"})

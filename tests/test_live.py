@@ -25,7 +25,10 @@ from catalytic_cassette.errors import CassetteError, ErrorCode
 from catalytic_cassette.hashing import sha256_hex
 from catalytic_cassette.timeline import parse_time
 
+from . import backends, postgres
 from .conftest import file_digest, unguarded
+
+pytestmark = pytest.mark.both_backends
 
 HOUR = 3_600_000
 START = 1_700_000_000_000
@@ -39,6 +42,20 @@ class SettableClock:
 
     def now_ms(self) -> int:
         return self.now
+
+
+# Why a test here does not run on PostgreSQL: SQLite's by its means.
+EXACT_TIME = pytest.mark.sqlite_only(
+    reason="asserts times a ManualClock fixes (a clock of its own, START + n, gaps to the"
+    " millisecond); a PostgreSQL ledger keeps the server's running time"
+)
+RAW_SQLITE3 = pytest.mark.sqlite_only(reason="forges rows through a raw sqlite3 connection")
+QUERY_PLAN = pytest.mark.sqlite_only(reason="SQLite's EXPLAIN QUERY PLAN")
+SQLITE_SESSION = pytest.mark.sqlite_only(
+    reason="tampers or reads through the ledger's sqlite3 connection; PostgreSQL's session"
+    " verify and bundles: tests/test_postgres_chain_extras.py"
+)
+OLD_SQLITE = pytest.mark.sqlite_only(reason="a SQLite ledger made at schema version 4")
 
 
 @pytest.fixture
@@ -74,6 +91,7 @@ def refused(excinfo: pytest.ExceptionInfo[CassetteError], code: ErrorCode) -> No
 # ---------------------------------------------------------- dependency detection
 
 
+@EXACT_TIME
 def test_candidates_are_the_newest_of_the_scope_within_the_window(
     chain: CausalChain, clock: ManualClock
 ) -> None:
@@ -150,6 +168,7 @@ def test_suggested_causes_are_recorded_apart_from_observed_ones(
     assert verify_path(str(db_path), public_key=load_public(public)).ok  # signed with them
 
 
+@RAW_SQLITE3
 @pytest.mark.parametrize(
     ("suggestions", "code"),
     [
@@ -193,6 +212,7 @@ def test_a_suggestion_cannot_name_the_action_itself(chain: CausalChain) -> None:
 # --------------------------------------------------------------- causes in time
 
 
+@EXACT_TIME
 def test_an_effect_before_its_cause_is_refused(db_path: Path) -> None:
     clock = SettableClock(START + 1000)
     with CausalChain(db_path, clock=clock) as chain:
@@ -215,6 +235,7 @@ def test_an_effect_before_its_cause_is_refused(db_path: Path) -> None:
         assert file_digest(db_path) == before
 
 
+@RAW_SQLITE3
 def test_validate_causal_chain_reports_a_forged_order(chain: CausalChain, db_path: Path) -> None:
     root = chain.append_action(act(name="root"))
     middle = chain.append_action(act(name="middle", caused_by=root.action_id))
@@ -319,6 +340,7 @@ def _timeline(chain: CausalChain, clock: ManualClock) -> list[Any]:
     return stored
 
 
+@EXACT_TIME
 def test_newest_first_since_seq_time_range_and_function(
     chain: CausalChain, clock: ManualClock
 ) -> None:
@@ -345,6 +367,7 @@ def test_newest_first_since_seq_time_range_and_function(
     refused(excinfo, ErrorCode.INVALID_ARGUMENT)
 
 
+@QUERY_PLAN
 @pytest.mark.parametrize(
     ("query", "index"),
     [
@@ -374,6 +397,7 @@ def test_iso_times_round_trip_to_epoch_ms(ms: int) -> None:
     assert parse_time(str(ms)) == ms
 
 
+@EXACT_TIME
 def test_cli_newest_first_and_latest(chain: CausalChain, clock: ManualClock, db_path: Path) -> None:
     stored = _timeline(chain, clock)
     last = out(invoke(db_path, "actions", "--desc", "--limit", "1"))
@@ -397,6 +421,7 @@ def test_cli_newest_first_and_latest(chain: CausalChain, clock: ManualClock, db_
     assert file_digest(db_path) == before
 
 
+@EXACT_TIME
 def test_cli_suggest_causes(chain: CausalChain, clock: ManualClock, db_path: Path) -> None:
     stored = _timeline(chain, clock)
     by_action = out(
@@ -496,6 +521,7 @@ def test_follow_reads_in_seq_order_and_resumes_without_gap(chain: CausalChain) -
         list(chain.follow(-2, keep_following=False))
 
 
+@EXACT_TIME
 def test_follow_sees_new_commits_and_holds_no_read_transaction(db_path: Path) -> None:
     """While the follower waits between polls, a writer appends and a TRUNCATE
     checkpoint completes: the follower holds no snapshot that would pin the WAL."""
@@ -537,7 +563,12 @@ def test_tail_cli_prints_json_lines_of_a_table(chain: CausalChain, db_path: Path
     assert len(bounded.stdout.splitlines()) == 2
     idle = invoke(db_path, "tail", "--follow", "--since-seq", "2", "--timeout", "0.3")
     assert idle.exit_code == 0 and idle.stdout == ""
-    assert_refused(invoke(db_path.with_name("missing.db"), "tail"), "CANNOT_OPEN")
+    missing = (
+        postgres.with_database(str(db_path), "cassette_test_no_such_database")
+        if backends.is_postgresql(db_path)
+        else db_path.with_name("missing.db")
+    )
+    assert_refused(invoke(missing, "tail"), "CANNOT_OPEN")
 
 
 # --------------------------------------------------------------------- plan body
@@ -582,6 +613,7 @@ def test_a_bad_plan_body_is_refused(
     assert file_digest(db_path) == before
 
 
+@RAW_SQLITE3
 def test_an_edited_plan_body_is_caught_on_read_and_by_session_verify(
     chain: CausalChain, db_path: Path
 ) -> None:
@@ -610,6 +642,7 @@ def _two_sessions(chain: CausalChain) -> tuple[list[Any], list[Any]]:
     return mine + more, theirs
 
 
+@SQLITE_SESSION
 def test_session_verify_passes_and_reads_only_its_session(
     chain: CausalChain, db_path: Path
 ) -> None:
@@ -631,6 +664,7 @@ def test_session_verify_passes_and_reads_only_its_session(
     assert_refused(invoke(db_path, "verify", "--session", "nobody"), "NOT_FOUND", exit_code=3)
 
 
+@RAW_SQLITE3
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
@@ -663,6 +697,7 @@ def test_session_verify_names_the_edited_action(
     assert found == expected
 
 
+@EXACT_TIME
 def test_session_verify_checks_the_chain_link_and_signatures(db_path: Path, tmp_path: Path) -> None:
     from catalytic_cassette.hashing import leaf_hash
 
@@ -697,6 +732,7 @@ def _sealed(db_path: Path, tmp_path: Path) -> tuple[str, str, Path]:
     return str(tmp_path / "seal.pub"), sealed["origin"], tmp_path / "s.seal"
 
 
+@SQLITE_SESSION
 def test_session_verify_against_a_seal_detects_a_rewritten_chain(
     chain: CausalChain, db_path: Path, tmp_path: Path
 ) -> None:
@@ -796,6 +832,7 @@ def test_an_exported_bundle_verifies_offline_and_tampering_fails(
 # ---------------------------------------------------------------------- upgrade
 
 
+@OLD_SQLITE
 def test_a_version_4_ledger_upgrades_keeps_its_encoding_and_still_verifies(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -862,6 +899,7 @@ def test_cli_appends_a_plan_body_and_refuses_a_forged_hash(tmp_path: Path, db_pa
     assert invoke(db_path, "plan", "show", "p").stdout == PLAN
 
 
+@RAW_SQLITE3
 def test_session_verify_reports_a_journal_body_that_is_not_an_entry(
     chain: CausalChain, db_path: Path
 ) -> None:
@@ -884,6 +922,7 @@ def test_session_verify_reports_a_journal_body_that_is_not_an_entry(
     assert [(f["kind"], f["action_id"]) for f in findings] == [("unjournaled", mine[0].action_id)]
 
 
+@SQLITE_SESSION
 def test_session_verify_and_bundles_through_the_api(
     chain: CausalChain, db_path: Path, tmp_path: Path
 ) -> None:

@@ -14,6 +14,10 @@ from catalytic_cassette.migrate import APPLICATION_ID, current_version, full_sch
 
 from .conftest import dump, file_digest, record_future_migration, seal_as_before_the_check
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=("SQLite's migrations and schema file (PostgreSQL's: test_postgres_server.py)")
+)
+
 
 def _normalise(sql: str) -> str:
     without_comments = re.sub(r"--[^\n]*", "", sql)

@@ -43,6 +43,10 @@ from catalytic_cassette.verify import LEDGER_TABLES, VerifyReport, verify_path
 
 from .conftest import action_dict, dump, write_journal
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=("an attacker who writes the SQLite file, against seals kept elsewhere")
+)
+
 CTX = mp.get_context("spawn")
 TIMEOUT = 60  # seconds any wait on a child process may take
 ATTACKER_KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(32, 64)))

@@ -19,6 +19,8 @@ from catalytic_cassette import connect, sqlfiles
 from catalytic_cassette.actions import COLUMNS as ACTION_COLUMNS
 from catalytic_cassette.verify.tables import DENSE_TABLES, TABLES
 
+pytestmark = pytest.mark.sqlite_only(reason="the columns SQLite's TEMP journaling triggers spell")
+
 # One journaling trigger: its event, its table, the key it journals and the row's columns.
 # (Since 0011 they fire BEFORE the row, only for a row its constraints will take, and
 # write the rowid as k.id: the next id when NULL is inserted.)

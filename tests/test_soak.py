@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.sqlite_only(reason="a crash soak of processes on one SQLite file")
+
 ROOT = Path(__file__).resolve().parents[1]
 SOAK_SECONDS = float(os.environ.get("CASSETTE_SOAK_SECONDS", "25"))
 STALE_CODES = ("STALE_FENCING_TOKEN", "LEASE_EXPIRED", "NOT_LEASED")

@@ -40,6 +40,13 @@ from catalytic_cassette.hashing import chain_hash, leaf_hash
 
 from .conftest import dump, file_digest
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=(
+        "every SQL rule through a raw sqlite3 connection and the sqlite3 shell "
+        "(PostgreSQL's owner and role attacks: test_postgres_attacks.py)"
+    )
+)
+
 E = ErrorCode
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000_000  # ManualClock's default start

@@ -11,6 +11,10 @@ import pytest
 from catalytic_cassette import CassetteError, ErrorCode, ManualClock, MessageCassette
 from catalytic_cassette.connection import ledger_now, read_transaction, write_transaction
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=("SQLite's TEMP clock guards and cassette_transaction_ms() of one connection")
+)
+
 
 def _sql_now(cassette: MessageCassette) -> int:
     return int(cassette.conn.execute("SELECT cassette_transaction_ms()").fetchone()[0])

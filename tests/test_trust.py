@@ -23,6 +23,10 @@ from catalytic_cassette.seals import record_seal
 from catalytic_cassette.verify import verify_path
 from catalytic_cassette.worker_keys import WorkerKey
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=("random raw mutations of the SQLite file with its triggers dropped and put back")
+)
+
 T0 = 1_700_000_000_000
 VERIFIED_AT = T0 + 3_600_000
 LEDGER_TABLES = (

@@ -17,6 +17,10 @@ from catalytic_cassette.migrate import current_version
 from .conftest import file_digest
 from .test_audit_attacks import T0, look_alike
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=("look-alike functions registered on a raw sqlite3 connection, and the sqlite3 shell")
+)
+
 LATER = T0 + 1_000
 
 

@@ -28,6 +28,13 @@ from catalytic_cassette.worker_keys import WorkerKey
 
 from .conftest import dump, unguarded, write_journal
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=(
+        "tampering with the SQLite file's bytes and schema (PostgreSQL's verify: "
+        "test_postgres_verify.py)"
+    )
+)
+
 
 def _build(path: Path) -> None:
     clock = ManualClock()

@@ -29,6 +29,10 @@ from catalytic_cassette.verify.tables import TABLES
 
 from .test_trust import VERIFIED_AT, mutate_behind_the_triggers, sealed  # noqa: F401
 
+pytestmark = pytest.mark.sqlite_only(
+    reason=("the SQLite verifier's fast path against its full replay on a file")
+)
+
 T0 = 1_700_000_000_000
 
 

@@ -32,6 +32,10 @@ def redact(url: str) -> str:
 
 def translate(exc: Exception) -> CassetteError:
     """Map a psycopg error to a CassetteError; call as ``raise translate(e) from e``."""
+    if isinstance(exc, UnicodeEncodeError):
+        # text that is no UTF-8 (a lone surrogate) fails while psycopg encodes a parameter,
+        # before anything is sent: bad input, as SQLite's connection reports it
+        return CassetteError(ErrorCode.INVALID_ARGUMENT, f"text that is not UTF-8: {exc.reason}")
     if psycopg is None or not isinstance(exc, psycopg.Error):
         return CassetteError(ErrorCode.DATABASE_ERROR, str(exc))
     diag = exc.diag
@@ -218,7 +222,7 @@ def statement(
     BEGIN and COMMIT round trips, so the head's lock is not held across the network."""
     try:
         return conn.execute(sql, params).fetchall()
-    except psycopg.Error as exc:
+    except (psycopg.Error, UnicodeEncodeError) as exc:
         raise translate(exc) from exc
 
 
@@ -276,5 +280,5 @@ def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[An
     try:
         with conn.transaction():
             yield conn
-    except psycopg.Error as exc:
+    except (psycopg.Error, UnicodeEncodeError) as exc:
         raise translate(exc) from exc
