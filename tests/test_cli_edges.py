@@ -200,6 +200,25 @@ class TestEveryCommand:
         answered(invoke(ledger["db"], *path, "--no-such-option"), "USAGE", 2)
         assert file_digest(ledger["db"]) == before
 
+    @pytest.mark.parametrize(
+        # (mcp serves its stdin until EOF: tests/test_postgres_mcp.py runs it on both)
+        "path",
+        [path for path in _command_paths(cli) if path != ("mcp",)],
+        ids=" ".join,
+    )
+    def test_no_command_refuses_the_backend(
+        self, ledger: dict[str, Any], path: tuple[str, ...]
+    ) -> None:
+        """Issue 15: the same commands on both backends. Each one runs its body with the
+        arguments it needs (an answer or a coded refusal of its own), never
+        BACKEND_UNSUPPORTED and never a traceback."""
+        args = [*path, *_fill(_REQUIRED_ARGS.get(path, ()), ledger)]
+        result = invoke(ledger["db"], *args, stdin=b"{}")
+        assert "BACKEND_UNSUPPORTED" not in result.stderr, result.stderr
+        assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+            result.exception
+        )
+
     def test_an_unknown_root_option_and_command_are_usage_errors(self, tmp_path: Path) -> None:
         answered(CliRunner().invoke(cli, ["--nope", "status"]), "USAGE", 2)
         answered(CliRunner().invoke(cli, ["--db", str(tmp_path / "x.db"), "nope"]), "USAGE", 2)
