@@ -12,6 +12,7 @@ worker and shadowing temporary tables.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,7 @@ POST = (
     "SELECT message_id FROM cassette_post('run', 'USER', NULL, %s, ARRAY['i'], ARRAY[1],"
     " ARRAY['{}'])"
 )
+RAW_POST = "INSERT INTO cassette_messages (run_id, source, payload_json) VALUES ('run', 'USER', %s)"
 SIGNATURE = "A" * 86 + "=="
 
 
@@ -245,16 +247,13 @@ def ledger_id(conn: Any) -> str:
     return str(value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the meta guard counts the journal in the caller's snapshot and does not take "
-    "the head: the id changes after the first entries, and verify (no seal) is clean",
-)
 def test_the_ledger_id_changed_from_a_snapshot_older_than_the_first_entries(
     pg_ledger: str,
 ) -> None:
     """The owner's REPEATABLE READ transaction, whose snapshot saw an empty journal,
-    replaces the ledger_id after another session committed the first entries."""
+    replaces the ledger_id after another session committed the first entries. Before
+    migration 0010 the meta guard counted the journal in that snapshot: accepted, and
+    verify (no seal) was clean. Now the replacement locks the head first: BUSY."""
     with connect(pg_ledger) as attacker, connect(pg_ledger) as other:
         before = ledger_id(other)
         attacker.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
@@ -272,16 +271,13 @@ def test_the_ledger_id_changed_from_a_snapshot_older_than_the_first_entries(
         assert_whole(pg_ledger, other)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the meta guard counts the journal in the caller's snapshot and does not take "
-    "the head: the id changes after the first entries, and verify (no seal) is clean",
-)
 def test_the_ledger_id_changed_while_a_signer_writes(pg_ledger: str) -> None:
     """The owner replaces the ledger_id of an empty ledger (allowed) and has not yet
     committed; a signing worker takes the head, reads the id it signs under
     (cassette_signer_context) and commits its first entries; the owner commits. The
-    worker's statements name an id the ledger no longer has."""
+    worker's statements named an id the ledger no longer has, and verify (no seal) was
+    clean. Since migration 0010 the replacement holds the head's lock to its commit: the
+    signer waits (BUSY under its lock timeout), then signs under the new id."""
     with connect(pg_ledger) as attacker, connect(pg_ledger, "cassette_worker") as signer:
         attacker.execute("BEGIN")
         attacker.execute("UPDATE cassette_meta SET value = repeat('b', 32) WHERE key = 'ledger_id'")
@@ -305,3 +301,140 @@ def test_the_ledger_id_changed_while_a_signer_writes(pg_ledger: str) -> None:
                 signer.execute(POST, ('{"first":1}',))
         assert signed_under == ledger_id(attacker), "signed under an id the ledger no longer has"
         assert_whole(pg_ledger, attacker)
+
+
+# ------------------------------------------------------------- what each role may call
+
+ROLE_CALLS = [
+    ("cassette_worker", "SELECT cassette_append_time()"),
+    ("cassette_appender", "SELECT * FROM cassette_signer_context()"),
+    (
+        "cassette_appender",
+        f"SELECT cassette_attest('claim', 'run', NULL, 2, 1, 'w', repeat('0', 16), '{SIGNATURE}')",
+    ),
+    ("cassette_auditor", "SELECT cassette_append_time()"),
+    ("cassette_auditor", "SELECT * FROM cassette_signer_context()"),
+    ("cassette_worker", "SELECT * FROM cassette_head FOR KEY SHARE"),
+    ("cassette_auditor", "SELECT * FROM cassette_head FOR UPDATE"),
+    ("cassette_worker", "SET session_replication_role = replica"),
+    ("cassette_worker", "ALTER TABLE cassette_journal DISABLE TRIGGER cassette_head_follow"),
+]
+
+
+@pytest.mark.parametrize(("role", "sql"), ROLE_CALLS, ids=[f"{r}:{s[:40]}" for r, s in ROLE_CALLS])
+def test_a_role_calls_only_its_own_functions(seeded: str, role: str, sql: str) -> None:
+    """Another role's definer function, a row lock on the head (it would hold every
+    writer without writing), skipping triggers by replication role, or disabling the
+    follower: PERMISSION_DENIED, nothing written."""
+    with connect(seeded, role) as conn:
+        before = tail(conn)
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute(sql)
+        assert code_of(caught.value) is ErrorCode.PERMISSION_DENIED, caught.value
+        assert tail(conn) == before == head(conn)
+
+
+def test_an_appender_forging_the_tail_after_taking_the_time(seeded: str) -> None:
+    """cassette_append_time() takes the head; a forged tail (an earlier real entry) then
+    makes the action's entry refused, and nothing of the transaction stays."""
+    with connect(seeded, "cassette_appender") as appender:
+        before = tail(appender)
+        (chain,) = appender.execute(
+            "SELECT chain_hash FROM cassette_journal WHERE seq = 0"
+        ).fetchone()
+        with pytest.raises(psycopg.Error) as caught, appender.transaction():
+            appender.execute("SELECT cassette_append_time()")
+            appender.execute(
+                "SELECT set_config('cassette.tail', pg_current_xact_id()::text || ':0:' || %s,"
+                " true)",
+                (bytes(chain).hex(),),
+            )
+            appender.execute(
+                "SELECT * FROM cassette_append_action(%s, NULL, %s, %s, 's', 'InternalStep', 'f',"
+                " '[]', NULL, '{}', NULL, 1, NULL, 0, 0, '{}', NULL, NULL, NULL)",
+                (str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())),
+            )
+        assert code_of(caught.value) is ErrorCode.JOURNAL_BROKEN, caught.value
+        assert tail(appender) == before == head(appender)
+
+
+# ------------------------------------------------------------ attestations, temp tables
+
+
+def test_a_claim_attested_under_another_workers_name(seeded: str, worker: Any) -> None:
+    """A worker attests a claim of the next step under the victim's name with a key and
+    signature of the right shape (SQL checks only the shape). The victim then claims the
+    step unsigned and cannot complete it (SIGNATURE_REQUIRED): the planted attestation
+    makes its lease a signed one. Verify without pinned keys is clean; with the workers'
+    keys pinned it names the statement (the signature is verify's to check, LAW 6b)."""
+    worker.execute(
+        "SELECT cassette_attest('claim', 'run', NULL, 2, 1, 'victim', repeat('0', 16), %s)",
+        (SIGNATURE,),
+    )
+    (token,) = worker.execute(
+        "SELECT fencing_token FROM cassette_claim('run', 'victim', 1, 60000)"
+    ).fetchone()
+    with pytest.raises(psycopg.Error) as caught:
+        worker.execute(
+            "SELECT cassette_complete('run', 2, 'victim', %s, 'SUCCESS', '{}')", (token,)
+        )
+    assert code_of(caught.value) is ErrorCode.SIGNATURE_REQUIRED
+    assert findings(seeded) == set()
+    assert findings(seeded, worker_keys={}) != set()
+
+
+def test_temporary_tables_do_not_shadow_the_workers_functions(seeded: str, worker: Any) -> None:
+    """The worker (TEMP is PUBLIC's) makes a temporary cassette_head and cassette_journal
+    and puts pg_temp first: its definer functions and the follower pin `public, pg_temp`,
+    so the post goes to the ledger's journal and head."""
+    size, _ = tail(worker)
+    worker.execute("CREATE TEMP TABLE cassette_journal (LIKE public.cassette_journal)")
+    worker.execute("CREATE TEMP TABLE cassette_head AS SELECT * FROM public.cassette_head")
+    worker.execute("SET search_path = pg_temp, public")
+    worker.execute(POST, ('{"x":1}',))
+    assert worker.execute("SELECT count(*) FROM pg_temp.cassette_journal").fetchone() == (0,)
+    worker.execute("DROP TABLE pg_temp.cassette_journal, pg_temp.cassette_head")
+    worker.execute("SET search_path = public")
+    assert tail(worker)[0] == size + 3
+    assert_whole(seeded, worker)
+
+
+def test_an_owners_temporary_journal_swallows_entries_and_verify_sees_it(
+    seeded: str, owner: Any
+) -> None:
+    """The owner's own writes run the trigger functions (not definers: no pinned path)
+    under the owner's search_path: with a temporary cassette_journal first, a raw row's
+    entry goes to the temporary table. The ledger's rows then outrun its journal: verify
+    reports it."""
+    size, _ = tail(owner)
+    owner.execute("CREATE TEMP TABLE cassette_journal (LIKE public.cassette_journal)")
+    owner.execute("SET search_path = pg_temp, public")
+    owner.execute(RAW_POST, ('{"x":1}',))
+    assert owner.execute("SELECT count(*) FROM pg_temp.cassette_journal").fetchone() == (1,)
+    owner.execute("DROP TABLE pg_temp.cassette_journal")
+    owner.execute("SET search_path = public")
+    assert tail(owner)[0] == size  # the ledger's journal did not get it
+    assert "unjournaled_row" in findings(seeded)
+
+
+def test_an_owners_entry_without_a_row(seeded: str, owner: Any) -> None:
+    """The owner stamps the head with its own transaction and inserts an entry with
+    true hashes whose body names a message no table holds: the journal's guard accepts
+    it (it checks links, not rows) and the follower moves the head one entry; verify
+    compares the rows with the journal."""
+    size, last = tail(owner)
+    body = (
+        '{"table":"cassette_messages","op":"INSERT","key":99,"row":{"message_id":99,'
+        '"run_id":"run","source":"USER","idempotency_key":null,"payload_json":"{}",'
+        '"created_at":1}}'
+    )
+    leaf = leaf_hash(body.encode())
+    with owner.transaction():
+        owner.execute("UPDATE cassette_head SET tx = pg_current_xact_id()")
+        owner.execute(
+            "INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash, tbl, row_key)"
+            " VALUES (%s, %s, %s, %s, 'cassette_messages', '99')",
+            (size, body, leaf, chain_hash(size, last, leaf)),
+        )
+    assert head(owner) == tail(owner)
+    assert "row_missing" in findings(seeded)
