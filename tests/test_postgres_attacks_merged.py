@@ -438,3 +438,46 @@ def test_an_owners_entry_without_a_row(seeded: str, owner: Any) -> None:
         )
     assert head(owner) == tail(owner)
     assert "row_missing" in findings(seeded)
+
+
+def test_a_seal_from_an_old_snapshot_is_busy(seeded: str) -> None:
+    """The owner's REPEATABLE READ transaction whose snapshot predates a commit inserts
+    a seal of the journal it saw: the seal's trigger takes the head first and cannot (a
+    serialization error): BUSY, nothing written. (anchors.py seals in READ COMMITTED.)"""
+    with connect(seeded) as sealer, connect(seeded, "cassette_worker") as other:
+        sealer.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        (size,) = sealer.execute("SELECT count(*) FROM cassette_journal").fetchone()
+        other.execute(POST, ('{"later":1}',))
+        with pytest.raises(psycopg.Error) as caught:
+            sealer.execute(
+                "INSERT INTO cassette_seals (tree_size, root_hex, key_id, origin, note)"
+                " VALUES (%s, repeat('0', 64), '00000000', 'o', 'o' || E'\\n' || %s || E'\\n')",
+                (size, size),
+            )
+        sealer.execute("ROLLBACK")
+        assert code_of(caught.value) is ErrorCode.BUSY
+        assert sealer.execute("SELECT count(*) FROM cassette_seals").fetchone() == (0,)
+        assert_whole(seeded, other)
+
+
+def test_a_follower_disabled_for_one_transaction_leaves_the_head_behind(
+    seeded: str, owner: Any
+) -> None:
+    """The owner disables the follower, writes, and enables it again in one transaction:
+    no event was queued for the entries, so the head stays behind the journal and the
+    catalog looks untouched. verify names the head (journal_head); the next write's
+    first entry would link at the stale head and is refused (JOURNAL_BROKEN) until the
+    owner moves the head to the end, which its guard allows."""
+    size, _ = tail(owner)
+    with owner.transaction():
+        owner.execute("ALTER TABLE cassette_journal DISABLE TRIGGER cassette_head_follow")
+        owner.execute(POST, ('{"x":1}',))
+        owner.execute("ALTER TABLE cassette_journal ENABLE TRIGGER cassette_head_follow")
+    assert head(owner)[0] == size != tail(owner)[0]
+    assert findings(seeded) == {"journal_head"}
+    with pytest.raises(psycopg.Error) as caught:
+        owner.execute(POST, ('{"y":1}',))
+    assert code_of(caught.value) is ErrorCode.JOURNAL_BROKEN
+    owner.execute("UPDATE cassette_head SET next_seq = %s, chain_hash = %s", tail(owner))
+    owner.execute(POST, ('{"y":1}',))
+    assert_whole(seeded, owner)
