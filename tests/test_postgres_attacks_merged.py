@@ -380,7 +380,7 @@ def test_a_claim_attested_under_another_workers_name(seeded: str, worker: Any) -
         )
     assert code_of(caught.value) is ErrorCode.SIGNATURE_REQUIRED
     assert findings(seeded) == set()
-    assert findings(seeded, worker_keys={}) != set()
+    assert findings(seeded, worker_keys={}) == {"unknown_key"}
 
 
 def test_temporary_tables_do_not_shadow_the_workers_functions(seeded: str, worker: Any) -> None:
