@@ -60,7 +60,13 @@ from catalytic_cassette.seals import (
 from catalytic_cassette.tree import StoredTree
 from catalytic_cassette.verify import VerifyReport, verify_path
 
+from . import backends
 from .conftest import action_dict, dump, file_digest, unguarded
+
+# Most of this module drives the SQLite tree and seal functions on a sqlite3 connection
+# (record_seal, StoredTree, raw node and seal rows); PostgreSQL's counterparts are
+# tests/test_postgres_anchors.py's. What goes through the package's public API runs on
+# both backends (marked both_backends).
 
 CTX = mp.get_context("spawn")
 TIMEOUT = 60
@@ -702,13 +708,15 @@ def _seal_sizes(directory: Path) -> list[int]:
     return [int(p.name[-25:-5]) for p in sorted(directory.glob("*.seal"))]
 
 
-def test_auto_seal_seals_every_n_entries_and_at_close(db_path: Path, tmp_path: Path) -> None:
+@pytest.mark.both_backends
+def test_auto_seal_seals_every_n_entries_and_at_close(
+    db_path: Path, tmp_path: Path, clock: ManualClock
+) -> None:
     """A plain message is three entries. every=5: a seal once 5 or more entries are
     unsealed (its own entry counts as sealed), and one at close; reopening and closing an
     unchanged ledger seals nothing again."""
     seals = tmp_path / "seals"
     seals.mkdir()
-    clock = ManualClock()
     with MessageCassette(db_path, clock=clock, auto_seal=AutoSeal(KEY, seals, every=5)) as cas:
         for n in range(5):
             cas.post_message({"n": n}, "run", "USER")
@@ -717,10 +725,8 @@ def test_auto_seal_seals_every_n_entries_and_at_close(db_path: Path, tmp_path: P
     for _ in range(2):
         MessageCassette(db_path, clock=clock, auto_seal=AutoSeal(KEY, seals, every=5)).close()
     assert _seal_sizes(seals) == [6, 13, 17]
-    conn = sqlite3.connect(db_path)
-    recorded = [r[0] for r in conn.execute("SELECT tree_size FROM cassette_seals ORDER BY seal_id")]
-    conn.close()
-    assert recorded == [6, 13, 17]
+    recorded = backends.rows(db_path, "SELECT tree_size FROM cassette_seals ORDER BY seal_id")
+    assert [size for (size,) in recorded] == [6, 13, 17]
     origin = ORIGIN_PREFIX + _ledger_id(db_path)
     report = verify_path(str(db_path), anchors=load_anchors(seals), seal_key=PUBLIC, origin=origin)
     assert report.ok and [a["status"] for a in report.anchors] == ["holds"] * 3
@@ -728,24 +734,19 @@ def test_auto_seal_seals_every_n_entries_and_at_close(db_path: Path, tmp_path: P
 
 
 def _ledger_id(path: Path) -> str:
-    conn = sqlite3.connect(path)
-    try:
-        return str(
-            conn.execute("SELECT value FROM cassette_meta WHERE key = 'ledger_id'").fetchone()[0]
-        )
-    finally:
-        conn.close()
+    return str(backends.rows(path, "SELECT value FROM cassette_meta WHERE key = 'ledger_id'")[0][0])
 
 
-def test_auto_seal_on_a_causal_chain_with_a_key_file(db_path: Path, tmp_path: Path) -> None:
+@pytest.mark.both_backends
+def test_auto_seal_on_a_causal_chain_with_a_key_file(
+    db_path: Path, tmp_path: Path, clock: ManualClock
+) -> None:
     from catalytic_cassette.signing import generate
 
     key_file, pub_file = generate(str(tmp_path / "sealer"))
     seals = tmp_path / "seals"
     seals.mkdir()
-    with CausalChain(
-        db_path, clock=ManualClock(), auto_seal=AutoSeal(key_file, seals, every=4)
-    ) as chain:
+    with CausalChain(db_path, clock=clock, auto_seal=AutoSeal(key_file, seals, every=4)) as chain:
         for n in range(9):
             chain.append_action(action_dict("CapabilityCall", f"f{n}"))
         chain.append_actions([action_dict("CapabilityCall", f"g{n}") for n in range(6)])

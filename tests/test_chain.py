@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -28,7 +29,11 @@ from catalytic_cassette.cli import cli
 from catalytic_cassette.migrate import current_version
 from catalytic_cassette.verify import VerifyReport, verify_path
 
+from . import backends
+from .backends import Ledger, package_idle
 from .conftest import dump
+
+pytestmark = pytest.mark.both_backends
 
 # ---------------------------------------------------------------------- helpers
 
@@ -64,20 +69,28 @@ def refused(excinfo: pytest.ExceptionInfo[CassetteError], code: ErrorCode) -> Ca
     return error
 
 
-def raw_row(conn: sqlite3.Connection, action_id: str) -> dict[str, Any]:
-    row = conn.execute(
-        f"SELECT {', '.join(COLUMNS)} FROM cassette_actions WHERE action_id = ?", (action_id,)
-    ).fetchone()
-    assert row is not None, action_id
-    return dict(zip(COLUMNS, row, strict=True))
+def raw_row(chain: CausalChain, action_id: str) -> dict[str, Any]:
+    """The stored row of an action, read through a raw connection of either backend."""
+    found = backends.rows(
+        chain.db_path,
+        f"SELECT {', '.join(COLUMNS)} FROM cassette_actions WHERE action_id = ?",
+        action_id,
+    )
+    assert found, action_id
+    return dict(zip(COLUMNS, found[0], strict=True))
 
 
-def row_count(path: Path) -> int:
-    conn = sqlite3.connect(path)
-    try:
-        return int(conn.execute("SELECT count(*) FROM cassette_actions").fetchone()[0])
-    finally:
-        conn.close()
+def row_count(path: Path | str) -> int:
+    return int(backends.rows(path, "SELECT count(*) FROM cassette_actions")[0][0])
+
+
+def at_now(ledger: Ledger, timestamp: int | None) -> bool:
+    """Whether ``timestamp`` is the ledger's time now: exactly, on a ManualClock; within
+    the last few seconds on PostgreSQL, whose server clock moves by itself."""
+    now = ledger.now_ms()
+    if not ledger.postgresql:
+        return timestamp == now
+    return timestamp is not None and now - 5_000 <= timestamp <= now
 
 
 @contextmanager
@@ -108,7 +121,7 @@ def chain(db_path: Path, clock: ManualClock) -> Iterator[CausalChain]:
 # ------------------------------------------------------------ 1. appends
 
 
-def test_every_field_round_trips(chain: CausalChain, clock: ManualClock) -> None:
+def test_every_field_round_trips(chain: CausalChain, backend: Ledger) -> None:
     root = chain.append_action(
         Action(
             plan_id="plan-1",
@@ -118,8 +131,8 @@ def test_every_field_round_trips(chain: CausalChain, clock: ManualClock) -> None
             action_id=uid(1),
         )
     )
-    assert root.timestamp == clock.now_ms()
-    clock.advance(2_500)
+    assert at_now(backend, root.timestamp)
+    backend.advance(2_500)
     child = chain.append_action(
         {
             "plan_id": "plan-1",
@@ -138,7 +151,12 @@ def test_every_field_round_trips(chain: CausalChain, clock: ManualClock) -> None
             "metadata": {"intent_id": "why-1", "note": "ü", "nested": {"a": [1]}},
         }
     )
-    assert child.timestamp == clock.now_ms() == root.timestamp + 2_500
+    assert at_now(backend, child.timestamp)
+    assert child.timestamp is not None and root.timestamp is not None
+    if backend.postgresql:  # the server's time also moved by itself
+        assert child.timestamp >= root.timestamp + 2_500
+    else:
+        assert child.timestamp == root.timestamp + 2_500
     assert child.action_seq is not None and root.action_seq is not None
     assert child.action_seq > root.action_seq
 
@@ -156,10 +174,10 @@ def test_every_field_round_trips(chain: CausalChain, clock: ManualClock) -> None
     assert stored.links == {"intent_id": "why-1"}
     assert chain.get_action(root.action_id) == root
 
-    row = raw_row(chain.conn, child.action_id)
+    row = raw_row(chain, child.action_id)
     assert row["success"] == 0
     assert row["cost_micros"] == 1_250_000
-    assert row["timestamp"] == clock.now_ms()
+    assert row["timestamp"] == child.timestamp
     assert json.loads(row["arguments_json"]) == stored.arguments
     assert row["arguments_artifact"] is None and row["result_artifact"] is None
     assert row["metadata_json"] == payloads.dumps(stored.metadata)  # canonical, sorted keys
@@ -173,7 +191,7 @@ def test_falsy_results_are_stored_not_dropped(chain: CausalChain, result: Any) -
     read = chain.get_action(stored.action_id).result
     assert read == result
     assert type(read) is type(result)
-    assert raw_row(chain.conn, stored.action_id)["result_json"] == payloads.dumps(result)
+    assert raw_row(chain, stored.action_id)["result_json"] == payloads.dumps(result)
 
 
 def test_absent_and_null_result_are_sql_null(chain: CausalChain) -> None:
@@ -181,7 +199,7 @@ def test_absent_and_null_result_are_sql_null(chain: CausalChain) -> None:
     absent = chain.append_action(act())
     null = chain.append_action(act(result=None, arguments=None))
     for action in (absent, null):
-        row = raw_row(chain.conn, action.action_id)
+        row = raw_row(chain, action.action_id)
         assert row["result_json"] is None and row["result_artifact"] is None
         assert row["arguments_json"] is None and row["arguments_artifact"] is None
         read = chain.get_action(action.action_id)
@@ -196,34 +214,35 @@ def test_absent_and_null_result_are_sql_null(chain: CausalChain) -> None:
 )
 def test_cost_is_integer_micro_units(chain: CausalChain, cost: float, micros: int) -> None:
     stored = chain.append_action(act(cost=cost))
-    kind, value = chain.conn.execute(
-        "SELECT typeof(cost_micros), cost_micros FROM cassette_actions WHERE action_id = ?",
-        (stored.action_id,),
-    ).fetchone()
-    assert (kind, value) == ("integer", micros)
+    value = raw_row(chain, stored.action_id)["cost_micros"]
+    assert type(value) is int and value == micros  # SQLite would hand back a REAL as float
     assert chain.get_action(stored.action_id).cost == micros / 1_000_000
 
 
-def test_timestamp_and_seq_come_from_the_ledger(chain: CausalChain, clock: ManualClock) -> None:
+def test_timestamp_and_seq_come_from_the_ledger(chain: CausalChain, backend: Ledger) -> None:
     first = chain.append_action(act(timestamp=5, action_seq=999))
-    assert first.timestamp == clock.now_ms()
+    assert at_now(backend, first.timestamp)
     assert first.action_seq != 999
-    clock.advance(7)
+    backend.advance(7)
     batch = chain.append_actions([act(timestamp=1), Action("p", "i", "PlanStarted", "f")])
-    assert [a.timestamp for a in batch] == [clock.now_ms()] * 2
-    clock.advance(1)
+    assert at_now(backend, batch[0].timestamp)
+    assert batch[0].timestamp == batch[1].timestamp  # one transaction, one time
+    backend.advance(1)
     last = chain.append_action(act())
+    assert at_now(backend, last.timestamp)
     seqs = [a.action_seq for a in [first, *batch, last]]
     assert all(isinstance(s, int) for s in seqs)
     assert seqs == sorted(seqs) and len(set(seqs)) == 4
     listed = chain.find_actions()
     assert ids(listed) == ids([first, *batch, last])
-    assert [a.timestamp for a in listed] == [
-        clock.now_ms() - 8,
-        clock.now_ms() - 1,
-        clock.now_ms() - 1,
-        clock.now_ms(),
-    ]
+    stamps = [a.timestamp for a in listed]
+    assert stamps == [a.timestamp for a in [first, *batch, last]]
+    assert all(isinstance(t, int) for t in stamps)
+    steps = [b - a for a, b in itertools.pairwise(stamps)]  # type: ignore[operator]
+    if backend.postgresql:  # at least what was advanced; the server's time moves too
+        assert steps[0] >= 7 and steps[1] == 0 and steps[2] >= 1
+    else:
+        assert steps == [7, 0, 1]
 
 
 def test_a_batch_may_hold_a_parent_before_its_children(chain: CausalChain) -> None:
@@ -272,29 +291,30 @@ BAD_ITEMS: list[tuple[str, dict[str, Any], ErrorCode]] = [
 ]
 
 
-@pytest.mark.parametrize("form", ["dict", "Action"])
 @pytest.mark.parametrize(("bad", "code"), [pytest.param(b, c, id=name) for name, b, c in BAD_ITEMS])
 def test_a_bad_item_refuses_the_whole_batch(
-    chain: CausalChain, db_path: Path, form: str, bad: dict[str, Any], code: ErrorCode
+    chain: CausalChain, db_path: Path, bad: dict[str, Any], code: ErrorCode
 ) -> None:
     earlier = chain.append_action(act(action_id=uid(0), session_id="s"))
     working = chain.load_session("s")
     before = dump(db_path)
-    item: Any = act(**bad) if form == "dict" else Action(**act(**bad))
-    batch = [
-        Action("p", "i", "PlanStarted", "plan", action_id=uid(1), session_id="s"),
-        act(action_id=uid(2), parent_action_id=uid(1), session_id="s"),
-        item,
-        act(action_id=uid(99), parent_action_id=earlier.action_id),
-    ]
-    with pytest.raises(CassetteError) as excinfo:
-        chain.append_actions(batch)
-    assert refused(excinfo, code).detail["index"] == 2
-    assert chain.conn.in_transaction is False
-    assert dump(db_path) == before
-    assert ids(working.actions()) == [uid(0)]
-    with pytest.raises(CassetteError):
-        chain.get_action(uid(1))
+    # Both forms on one ledger: a refused batch leaves it as it was (one ledger per case
+    # keeps the PostgreSQL half cheap).
+    for item in (act(**bad), Action(**act(**bad))):
+        batch = [
+            Action("p", "i", "PlanStarted", "plan", action_id=uid(1), session_id="s"),
+            act(action_id=uid(2), parent_action_id=uid(1), session_id="s"),
+            item,
+            act(action_id=uid(99), parent_action_id=earlier.action_id),
+        ]
+        with pytest.raises(CassetteError) as excinfo:
+            chain.append_actions(batch)
+        assert refused(excinfo, code).detail["index"] == 2
+        assert package_idle(chain)
+        assert dump(db_path) == before
+        assert ids(working.actions()) == [uid(0)]
+        with pytest.raises(CassetteError):
+            chain.get_action(uid(1))
     # the connection is usable and the same batch without the bad item goes in whole
     good = chain.append_actions([batch[0], batch[1], batch[3]])
     assert ids(good) == [uid(1), uid(2), uid(99)]
@@ -353,7 +373,7 @@ def test_out_of_range_numbers_are_refused_with_a_code(
     with pytest.raises(CassetteError) as excinfo:
         chain.append_actions([act(), act(**bad)])
     assert refused(excinfo, code).detail.get("index") == 1
-    assert chain.conn.in_transaction is False
+    assert package_idle(chain)
     assert dump(db_path) == before
 
 
@@ -425,137 +445,193 @@ def _raw_insert(conn: sqlite3.Connection, row: dict[str, Any], verb: str = "INSE
     )
 
 
+def _literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _insert_sql(row: dict[str, Any], verb: str = "INSERT", tail: str = "") -> str:
+    """An INSERT of ``row`` as literal SQL, which either backend's shell takes."""
+    names = ", ".join(f'"{name}"' for name in row)
+    values = ", ".join(_literal(value) for value in row.values())
+    return f"{verb} INTO cassette_actions ({names}) VALUES ({values}){tail}"
+
+
 @pytest.fixture
-def attacked(chain: CausalChain, db_path: Path) -> Iterator[sqlite3.Connection]:
+def attacked(chain: CausalChain) -> CausalChain:
     chain.append_action(act(action_id=uid(1), action_type="PlanStarted"))
     chain.append_action(act(action_id=uid(2), parent_action_id=uid(1), arguments=[1]))
-    conn = sqlite3.connect(db_path)  # default settings: what an attacker would use
-    yield conn
-    conn.close()
+    return chain
 
 
-_COPY_ROW = f"SELECT {', '.join(COLUMNS)} FROM cassette_actions WHERE action_id = '{uid(2)}'"
+_QUOTED = ", ".join(f'"{name}"' for name in COLUMNS)
+_COPY_ROW = f"SELECT {_QUOTED} FROM cassette_actions WHERE action_id = '{uid(2)}'"
+# PostgreSQL has no REPLACE: its way to overwrite a row by its key is an upsert.
+_UPSERT = ' ON CONFLICT ({key}) DO UPDATE SET "function_name" = EXCLUDED."function_name"'
 
-RAW_ATTACKS: list[tuple[str, Callable[[sqlite3.Connection], Any], str]] = [
+# (name, SQL, PostgreSQL's SQL when it differs, code); run by a shell of either backend.
+RAW_ATTACKS: list[tuple[str, str, str | None, str]] = [
     (
         "update-one",
-        lambda c: c.execute(
-            "UPDATE cassette_actions SET function_name = 'x' WHERE action_id = ?", (uid(2),)
-        ),
+        f"UPDATE cassette_actions SET function_name = 'x' WHERE action_id = '{uid(2)}'",
+        None,
         "APPEND_ONLY",
     ),
     (
         "update-all-metadata",
-        lambda c: c.execute("UPDATE cassette_actions SET metadata_json = '{\"a\":1}'"),
+        "UPDATE cassette_actions SET metadata_json = '{\"a\":1}'",
+        None,
         "APPEND_ONLY",
     ),
     (
         "delete-one",
-        lambda c: c.execute("DELETE FROM cassette_actions WHERE action_id = ?", (uid(2),)),
+        f"DELETE FROM cassette_actions WHERE action_id = '{uid(2)}'",
+        None,
         "APPEND_ONLY",
     ),
-    ("delete-all", lambda c: c.execute("DELETE FROM cassette_actions"), "APPEND_ONLY"),
+    ("delete-all", "DELETE FROM cassette_actions", None, "APPEND_ONLY"),
     (
         "insert-or-replace-same-row",
-        lambda c: c.execute(f"INSERT OR REPLACE INTO cassette_actions {_COPY_ROW}"),
+        f"INSERT OR REPLACE INTO cassette_actions ({_QUOTED}) {_COPY_ROW}",
+        f"INSERT INTO cassette_actions ({_QUOTED}) {_COPY_ROW}" + _UPSERT.format(key="action_id"),
         "APPEND_ONLY",
     ),
     (
         "insert-or-replace-same-id-new-seq",
-        lambda c: _raw_insert(c, _valid_raw(action_id=uid(2), action_seq=50), "INSERT OR REPLACE"),
+        _insert_sql(_valid_raw(action_id=uid(2), action_seq=50), "INSERT OR REPLACE"),
+        _insert_sql(
+            _valid_raw(action_id=uid(2), action_seq=50), tail=_UPSERT.format(key="action_id")
+        ),
         "APPEND_ONLY",
     ),
     (
         "replace-into-same-seq",
-        lambda c: _raw_insert(c, _valid_raw(action_seq=1), "REPLACE"),
+        _insert_sql(_valid_raw(action_seq=1), "REPLACE"),
+        _insert_sql(_valid_raw(action_seq=1), tail=_UPSERT.format(key="action_seq")),
         "APPEND_ONLY",
     ),
     (
         "replace-into-same-id",
-        lambda c: _raw_insert(c, _valid_raw(action_id=uid(1)), "REPLACE"),
+        _insert_sql(_valid_raw(action_id=uid(1)), "REPLACE"),
+        _insert_sql(_valid_raw(action_id=uid(1)), tail=_UPSERT.format(key="action_id")),
         "APPEND_ONLY",
     ),
     (
         "unknown-parent",
-        lambda c: _raw_insert(c, _valid_raw(parent_action_id=MISSING_ID)),
+        _insert_sql(_valid_raw(parent_action_id=MISSING_ID)),
+        None,
         "REFERENCE_MISSING",
     ),
     (
         "action-type",
-        lambda c: _raw_insert(c, _valid_raw(action_type="Hack", parent_action_id=uid(1))),
+        _insert_sql(_valid_raw(action_type="Hack", parent_action_id=uid(1))),
+        None,
         "INVALID_ACTION_TYPE",
     ),
-    ("action-id-short", lambda c: _raw_insert(c, _valid_raw(action_id="abc")), "INVALID_ACTION_ID"),
+    ("action-id-short", _insert_sql(_valid_raw(action_id="abc")), None, "INVALID_ACTION_ID"),
     (
         "action-id-upper",
-        lambda c: _raw_insert(c, _valid_raw(action_id=uid(500).upper())),
+        _insert_sql(_valid_raw(action_id=uid(500).upper())),
+        None,
         "INVALID_ACTION_ID",
     ),
     (
         "action-id-dash-moved",
-        lambda c: _raw_insert(c, _valid_raw(action_id="0000000-00000-4000-8000-000000000001")),
+        _insert_sql(_valid_raw(action_id="0000000-00000-4000-8000-000000000001")),
+        None,
         "INVALID_ACTION_ID",
     ),
     (
         "action-id-six-groups",
-        lambda c: _raw_insert(c, _valid_raw(action_id="00000000-0000-4000-8000-0000000-0001")),
+        _insert_sql(_valid_raw(action_id="00000000-0000-4000-8000-0000000-0001")),
+        None,
         "INVALID_ACTION_ID",
     ),
     (
         "arguments-object",
-        lambda c: _raw_insert(c, _valid_raw(arguments_json='{"a":1}')),
+        _insert_sql(_valid_raw(arguments_json='{"a":1}')),
+        None,
         "INVALID_ARGUMENTS",
     ),
     (
         "arguments-not-json",
-        lambda c: _raw_insert(c, _valid_raw(arguments_json="[1,")),
+        _insert_sql(_valid_raw(arguments_json="[1,")),
+        None,
         "INVALID_ARGUMENTS",
     ),
-    (
-        "metadata-array",
-        lambda c: _raw_insert(c, _valid_raw(metadata_json="[]")),
-        "INVALID_METADATA",
-    ),
-    (
-        "metadata-not-json",
-        lambda c: _raw_insert(c, _valid_raw(metadata_json="{")),
-        "INVALID_METADATA",
-    ),
+    ("metadata-array", _insert_sql(_valid_raw(metadata_json="[]")), None, "INVALID_METADATA"),
+    ("metadata-not-json", _insert_sql(_valid_raw(metadata_json="{")), None, "INVALID_METADATA"),
     (
         "inline-and-artifact",
-        lambda c: _raw_insert(c, _valid_raw(arguments_artifact='{"sha256":"00","size":1}')),
+        _insert_sql(_valid_raw(arguments_artifact='{"sha256":"00","size":1}')),
+        None,
         "INVALID_ARTIFACT",
     ),
-    ("action-seq-zero", lambda c: _raw_insert(c, _valid_raw(action_seq=0)), "INVALID_ID"),
-    ("action-seq-negative", lambda c: _raw_insert(c, _valid_raw(action_seq=-3)), "INVALID_ID"),
-    ("valid-looking", lambda c: _raw_insert(c, _valid_raw()), "JOURNAL_REQUIRED"),
+    ("action-seq-zero", _insert_sql(_valid_raw(action_seq=0)), None, "INVALID_ID"),
+    ("action-seq-negative", _insert_sql(_valid_raw(action_seq=-3)), None, "INVALID_ID"),
+    ("valid-looking", _insert_sql(_valid_raw()), None, "JOURNAL_REQUIRED"),
     (
         "valid-looking-child",
-        lambda c: _raw_insert(c, _valid_raw(parent_action_id=uid(2), session_id="s")),
+        _insert_sql(_valid_raw(parent_action_id=uid(2), session_id="s")),
+        None,
         "JOURNAL_REQUIRED",
     ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("attack", "code"), [pytest.param(a, c, id=name) for name, a, c in RAW_ATTACKS]
+    ("sql", "pg_sql", "code"),
+    [pytest.param(sql, pg_sql, code, id=name) for name, sql, pg_sql, code in RAW_ATTACKS],
 )
 def test_raw_sql_attacks_get_precise_codes(
-    attacked: sqlite3.Connection,
-    db_path: Path,
-    attack: Callable[[sqlite3.Connection], Any],
-    code: str,
+    attacked: CausalChain, backend: Ledger, sql: str, pg_sql: str | None, code: str
 ) -> None:
-    before = dump(db_path)
-    with pytest.raises(sqlite3.IntegrityError) as excinfo:
-        attack(attacked)
-    message = str(excinfo.value)
-    assert message.startswith(f"{code}: ") or message == f"CHECK constraint failed: {code}", message
-    attacked.rollback()
-    assert dump(db_path) == before
-    assert row_count(db_path) == 2
+    before = backend.dump()
+    statement = pg_sql if backend.postgresql and pg_sql is not None else sql
+    if backend.postgresql and code == "JOURNAL_REQUIRED":
+        # The server's triggers journal every session's insert (LAW.md section 14): the
+        # owner's legal-looking row is an append like the package's, journaled, given the
+        # next id and dated by the server, so it forges nothing.
+        assert backend.raw_sql(statement) is None
+        assert row_count(backend.target) == 3
+        (stamp,) = backend.rows(
+            "SELECT timestamp FROM cassette_actions WHERE action_id = ?", uid(500)
+        )[0]
+        assert stamp != 1_700_000_000_000 and at_now(backend, stamp)
+        assert verify_path(backend.target).ok
+        return
+    assert backend.raw_sql(statement) is ErrorCode[code]
+    assert backend.dump() == before
+    assert row_count(backend.target) == 2
 
 
+@pytest.mark.sqlite_only(
+    reason="the message of sqlite3's own exception; PostgreSQL's SQLSTATE and message"
+    " are tests/test_postgres_attacks.py's"
+)
+def test_a_raw_sqlite3_shell_reads_the_code_in_the_message(
+    attacked: CausalChain, db_path: Path
+) -> None:
+    """What a sqlite3 shell prints names the code itself (a RAISE message or a named CHECK)."""
+    conn = sqlite3.connect(db_path)
+    try:
+        for _name, sql, _pg_sql, code in RAW_ATTACKS:
+            with pytest.raises(sqlite3.IntegrityError) as excinfo:
+                conn.execute(sql)
+            message = str(excinfo.value)
+            assert message.startswith(f"{code}: ") or message == f"CHECK constraint failed: {code}"
+            conn.rollback()
+    finally:
+        conn.close()
+
+
+@pytest.mark.sqlite_only(
+    reason="the package's own sqlite3 connection and its TEMP journaling trigger;"
+    " PostgreSQL journals in the server (LAW.md section 14)"
+)
 def test_the_package_connection_translates_the_same_guards(chain: CausalChain) -> None:
     from catalytic_cassette.errors import translate
 
@@ -577,7 +653,7 @@ def test_the_package_connection_translates_the_same_guards(chain: CausalChain) -
         assert translate(excinfo.value).code is ErrorCode.OUT_OF_ORDER
     finally:
         chain.conn.execute("ROLLBACK")
-    assert chain.conn.in_transaction is False
+    assert package_idle(chain)
     assert ids(chain.find_actions()) == [uid(1)]
 
 
@@ -899,6 +975,9 @@ PLAN_CASES: list[tuple[str, Callable[[CausalChain], Any], tuple[str, ...]]] = [
 ]
 
 
+@pytest.mark.sqlite_only(
+    reason="SQLite's EXPLAIN QUERY PLAN of the statements traced on its sqlite3 connection"
+)
 @pytest.mark.parametrize(
     ("call", "needles"), [pytest.param(c, n, id=name) for name, c, n in PLAN_CASES]
 )
@@ -915,6 +994,7 @@ def test_query_plans_use_indexes(
         assert any(needle in d for d in main), (needle, main)
 
 
+@pytest.mark.sqlite_only(reason="SQLite's EXPLAIN QUERY PLAN of the recursive CTE")
 def test_the_subtree_recursion_searches_by_parent(queried: CausalChain) -> None:
     from catalytic_cassette import chain as chain_module
 
@@ -967,6 +1047,9 @@ def test_load_session_builds_an_indexed_working_set(queried: CausalChain) -> Non
     assert working.plan("nope") == [] and working.get(MISSING_ID) is None
 
 
+@pytest.mark.sqlite_only(
+    reason="traces COMMIT on the package's sqlite3 connection (set_trace_callback)"
+)
 def test_appends_join_a_loaded_session_only_after_commit(chain: CausalChain) -> None:
     root = chain.append_action(act(action_id=uid(0), session_id="s"))
     working = chain.load_session("s")
@@ -1031,13 +1114,26 @@ THRESHOLD = 64
 
 
 @pytest.fixture
-def small(db_path: Path, clock: ManualClock) -> Iterator[CausalChain]:
-    with CausalChain(db_path, clock=clock, artifact_threshold=THRESHOLD) as opened:
+def artifacts(backend: Ledger, tmp_path: Path) -> Path:
+    """Where the ledger keeps artifact files: by default beside a SQLite file; a
+    PostgreSQL ledger keeps them only in a folder it is given (``artifact_dir``)."""
+    if backend.postgresql:
+        return tmp_path / "artifacts"
+    return Path(f"{backend.target}.artifacts")
+
+
+def artifact_options(backend: Ledger, artifacts: Path) -> dict[str, Any]:
+    """What opens the ledger with its artifact folder (SQLite's default is not passed)."""
+    return {"artifact_dir": artifacts} if backend.postgresql else {}
+
+
+@pytest.fixture
+def small(
+    db_path: Path, clock: ManualClock, backend: Ledger, artifacts: Path
+) -> Iterator[CausalChain]:
+    options = artifact_options(backend, artifacts)
+    with CausalChain(db_path, clock=clock, artifact_threshold=THRESHOLD, **options) as opened:
         yield opened
-
-
-def _artifact_dir(db_path: Path) -> Path:
-    return db_path.parent / f"{db_path.name}.artifacts"
 
 
 def _digest(value: Any) -> str:
@@ -1048,41 +1144,45 @@ BIG_ARGS = ["a" * 200, {"k": list(range(30))}]
 BIG_RESULT = {"text": "r" * 300, "ok": True}
 
 
-def test_large_values_live_in_artifact_files(small: CausalChain, db_path: Path) -> None:
+def test_large_values_live_in_artifact_files(
+    small: CausalChain, db_path: Path, artifacts: Path
+) -> None:
     stored = small.append_action(act(arguments=BIG_ARGS, result=BIG_RESULT))
-    row = raw_row(small.conn, stored.action_id)
+    row = raw_row(small, stored.action_id)
     assert row["arguments_json"] is None and row["result_json"] is None
     for column, value in (("arguments_artifact", BIG_ARGS), ("result_artifact", BIG_RESULT)):
         ref = json.loads(row[column])
         data = payloads.dumps(value).encode("utf-8")
         digest = hashlib.sha256(data).hexdigest()
-        assert ref == {"sha256": digest, "size": len(data), "path": f"ledger.db.artifacts/{digest}"}
-        file = _artifact_dir(db_path) / digest
+        assert ref == {"sha256": digest, "size": len(data), "path": f"{artifacts.name}/{digest}"}
+        file = artifacts / digest
         assert file.read_bytes() == data
     read = small.get_action(stored.action_id)
     assert read.arguments == BIG_ARGS and read.result == BIG_RESULT
     assert small.actions_for_plan("plan")[0].arguments == BIG_ARGS
-    assert verify_path(str(db_path)).ok
+    assert verify_path(str(db_path), artifact_root=artifacts).ok
 
 
 def test_the_threshold_is_inclusive(small: CausalChain) -> None:
     exact = ["x" * (THRESHOLD - 4)]  # ["xx..."] is THRESHOLD bytes
     over = ["x" * (THRESHOLD - 3)]
     assert len(payloads.dumps(exact)) == THRESHOLD
-    inline = raw_row(small.conn, small.append_action(act(arguments=exact)).action_id)
+    inline = raw_row(small, small.append_action(act(arguments=exact)).action_id)
     assert inline["arguments_json"] == payloads.dumps(exact)
     assert inline["arguments_artifact"] is None
-    moved = raw_row(small.conn, small.append_action(act(arguments=over)).action_id)
+    moved = raw_row(small, small.append_action(act(arguments=over)).action_id)
     assert moved["arguments_json"] is None
     assert json.loads(moved["arguments_artifact"])["size"] == THRESHOLD + 1
 
 
-def test_same_content_is_one_file_never_rewritten(small: CausalChain, db_path: Path) -> None:
+def test_same_content_is_one_file_never_rewritten(
+    small: CausalChain, db_path: Path, artifacts: Path
+) -> None:
     value = ["same" * 40]
     first = small.append_action(act(arguments=value, result=value))
-    files = sorted(p.name for p in _artifact_dir(db_path).iterdir())
+    files = sorted(p.name for p in artifacts.iterdir())
     assert files == [_digest(value)]
-    target = _artifact_dir(db_path) / files[0]
+    target = artifacts / files[0]
     os.utime(target, ns=(1_000_000_000, 1_000_000_000))  # an old, recognisable mtime
     before = target.stat()
     second = small.append_actions([act(arguments=value), act(result=value)])
@@ -1092,16 +1192,19 @@ def test_same_content_is_one_file_never_rewritten(small: CausalChain, db_path: P
         before.st_mtime_ns,
         before.st_size,
     )
-    assert sorted(p.name for p in _artifact_dir(db_path).iterdir()) == files  # no temp files
+    assert sorted(p.name for p in artifacts.iterdir()) == files  # no temp files
     for action in (first, *second):
-        row = raw_row(small.conn, action.action_id)
+        row = raw_row(small, action.action_id)
         refs = [row["arguments_artifact"], row["result_artifact"]]
         assert any(r is not None and _digest(value) in r for r in refs)
 
 
-def test_the_file_exists_before_the_row(small: CausalChain, db_path: Path) -> None:
+@pytest.mark.sqlite_only(
+    reason="traces the INSERT and COMMIT on the package's sqlite3 connection (set_trace_callback)"
+)
+def test_the_file_exists_before_the_row(small: CausalChain, db_path: Path, artifacts: Path) -> None:
     value = ["before" * 30]
-    target = _artifact_dir(db_path) / _digest(value)
+    target = artifacts / _digest(value)
     present_at: dict[str, bool] = {}
 
     def trace(sql: str) -> None:
@@ -1120,7 +1223,7 @@ def test_the_file_exists_before_the_row(small: CausalChain, db_path: Path) -> No
 
 
 def test_a_refused_append_may_leave_a_file_but_never_a_row(
-    small: CausalChain, db_path: Path
+    small: CausalChain, db_path: Path, artifacts: Path, backend: Ledger
 ) -> None:
     value = ["orphan" * 30]
     before = dump(db_path)
@@ -1128,12 +1231,14 @@ def test_a_refused_append_may_leave_a_file_but_never_a_row(
         small.append_action(act(arguments=value, parent_action_id=MISSING_ID))
     refused(excinfo, ErrorCode.REFERENCE_MISSING)
     assert dump(db_path) == before
-    assert (_artifact_dir(db_path) / _digest(value)).is_file()
+    assert (artifacts / _digest(value)).is_file()
     assert verify_path(str(db_path)).ok  # an unreferenced file is harmless
     # and every row that names an artifact has its file
     stored = small.append_action(act(arguments=value))
-    ref = json.loads(raw_row(small.conn, stored.action_id)["arguments_artifact"])
-    assert (db_path.parent / ref["path"]).is_file()
+    ref = json.loads(raw_row(small, stored.action_id)["arguments_artifact"])
+    assert (artifacts / ref["sha256"]).is_file()
+    if not backend.postgresql:  # the path it records is relative to the SQLite file
+        assert (Path(db_path).parent / ref["path"]).is_file()
 
 
 def _break_artifact(path: Path, how: str) -> None:
@@ -1156,13 +1261,13 @@ def _break_artifact(path: Path, how: str) -> None:
     ],
 )
 def test_a_broken_artifact_is_named(
-    small: CausalChain, db_path: Path, how: str, kind: str, code: ErrorCode
+    small: CausalChain, db_path: Path, artifacts: Path, how: str, kind: str, code: ErrorCode
 ) -> None:
     intact = small.append_action(act(action_id=uid(1), arguments=["fine" * 30]))
     broken = small.append_action(act(action_id=uid(2), result={"gone": "g" * 100}))
-    assert verify_path(str(db_path)).ok
-    _break_artifact(_artifact_dir(db_path) / _digest({"gone": "g" * 100}), how)
-    report = verify_path(str(db_path))
+    assert verify_path(str(db_path), artifact_root=artifacts).ok
+    _break_artifact(artifacts / _digest({"gone": "g" * 100}), how)
+    report = verify_path(str(db_path), artifact_root=artifacts)
     assert not report.ok
     assert kinds_for(report, broken.action_id) == {kind}
     assert kinds_for(report, intact.action_id) == set()
@@ -1209,14 +1314,17 @@ def _ledger_bytes(db: Path) -> bytes:
 
 
 def test_every_action_is_signed_and_the_key_stays_out(
-    keys: tuple[Path, Path], db_path: Path, clock: ManualClock
+    keys: tuple[Path, Path], db_path: Path, clock: ManualClock, backend: Ledger, artifacts: Path
 ) -> None:
     from cryptography.hazmat.primitives import serialization
 
     key_path, pub_path = keys
     private = signing.load_private(key_path)
+    options = artifact_options(backend, artifacts)
     expected_id = signing.key_id(signing.load_public(pub_path))
-    with CausalChain(db_path, clock=clock, signing_key=key_path, artifact_threshold=64) as chain:
+    with CausalChain(
+        db_path, clock=clock, signing_key=key_path, artifact_threshold=64, **options
+    ) as chain:
         one = chain.append_action(act(action_id=uid(1), metadata={"intent_id": "w"}))
         more = chain.append_actions(
             [act(parent_action_id=uid(1), arguments=["big" * 40]), act(result={"r": 1})]
@@ -1237,7 +1345,12 @@ def test_every_action_is_signed_and_the_key_stays_out(
     pem_lines = [
         line for line in key_path.read_bytes().splitlines() if line and b"-----" not in line
     ]
-    on_disk = _ledger_bytes(db_path)
+    # every byte of the SQLite file; on PostgreSQL every row (the server's files are its own)
+    on_disk = (
+        b"\n".join(line.encode() for line in backend.dump())
+        if backend.postgresql
+        else _ledger_bytes(db_path)
+    )
     assert on_disk
     for secret in [
         raw_private,
@@ -1271,6 +1384,10 @@ def test_verify_names_unsigned_and_foreign_actions(
     assert kinds_for(foreign, uid(2)) == {"unsigned_action"}
 
 
+@pytest.mark.sqlite_only(
+    reason="drops every trigger of the file to edit a row; PostgreSQL's owner tampering"
+    " is tests/test_postgres_chain_extras.py's (bad_signature)"
+)
 @pytest.mark.parametrize("tamper", ["signature", "signature-garbage", "function_name"])
 def test_an_edited_signed_row_is_a_bad_signature(
     keys: tuple[Path, Path], db_path: Path, clock: ManualClock, tamper: str
@@ -1333,8 +1450,8 @@ def _append(db: Path, value: Any, *extra: str) -> Result:
 
 
 @pytest.fixture
-def cli_db(tmp_path: Path) -> Path:
-    return tmp_path / "cli.db"
+def cli_db(db_path: Path) -> Path:
+    return db_path
 
 
 def test_cli_append_one_object_and_show(cli_db: Path) -> None:
@@ -1505,8 +1622,9 @@ def test_cli_verify_json_without_a_key(cli_ledger: Path) -> None:
 def test_cli_migrate_check_and_apply(tmp_path: Path, cli_ledger: Path) -> None:
     current = invoke(cli_ledger, "migrate", "--check")
     assert out(current)["pending"] == []
-    assert out(current)["latest"] == current_version()
-
+    assert out(current)["latest"] == backends.schema_version(cli_ledger)
+    if backends.is_postgresql(cli_ledger):
+        return  # what follows makes a fresh SQLite file
     fresh = tmp_path / "fresh.db"
     check = invoke(fresh, "migrate", "--check")
     assert check.exit_code == 1

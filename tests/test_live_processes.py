@@ -16,12 +16,12 @@ from typing import IO, Any
 
 import pytest
 
-from catalytic_cassette import ManualClock
 from catalytic_cassette.chain import CausalChain
 
+from .backends import Ledger
 from .conftest import file_digest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.both_backends]
 
 WRITER = textwrap.dedent(
     """
@@ -57,10 +57,10 @@ def _lines(stream: IO[str], count: int, deadline: float) -> list[str]:
 
 
 def test_tail_follows_a_writer_across_a_restart_with_no_gap_and_no_duplicate(
-    db_path: Path, tmp_path: Path
+    db_path: Path, backend: Ledger
 ) -> None:
     total = 400
-    CausalChain(db_path, clock=ManualClock()).close()  # the file exists before both start
+    CausalChain(db_path, clock=backend.clock).close()  # the ledger exists before both start
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db_path), str(total)], env=_env())
     follow = ("tail", "--follow", "--interval", "0.01", "--timeout", "60")
     first = subprocess.Popen(
@@ -89,11 +89,7 @@ def test_tail_follows_a_writer_across_a_restart_with_no_gap_and_no_duplicate(
     entries = [json.loads(line) for line in printed + resumed.splitlines(keepends=True)]
     assert [e["seq"] for e in entries] == list(range(total))  # no gap, no duplicate, in order
     assert [e["row"]["function_name"] for e in entries] == [f"n{n}" for n in range(total)]
-    with CausalChain(db_path) as chain:
-        stored = [
-            h.hex()
-            for (h,) in chain.conn.execute("SELECT chain_hash FROM cassette_journal ORDER BY seq")
-        ]
+    stored = [chain_hash.hex() for _, _, _, chain_hash in backend.journal()]
     assert [e["chain_hash"] for e in entries] == stored
 
 
@@ -109,13 +105,15 @@ def _structured(result: Any) -> Any:
     return value
 
 
-def test_the_mcp_server_answers_the_sdk_client_and_writes_nothing(db_path: Path) -> None:
+def test_the_mcp_server_answers_the_sdk_client_and_writes_nothing(
+    db_path: Path, backend: Ledger
+) -> None:
     pytest.importorskip("mcp")  # the optional extra; the test extra installs it
     import anyio
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    with CausalChain(db_path, clock=ManualClock()) as chain:
+    with CausalChain(db_path, clock=backend.clock) as chain:
         cause = chain.append_action(
             {
                 "plan_id": "p",

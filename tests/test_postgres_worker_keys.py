@@ -175,30 +175,6 @@ def test_without_the_key_a_signed_lease_is_not_ended(
     assert either.journal() == before
 
 
-def test_a_key_under_the_victims_name(
-    either: Ledger, leased: dict[str, Any], keys: dict[str, WorkerKey], pins: Path
-) -> None:
-    """w2's key as w1's: refused on w1's lease (another key id); verify names the rest."""
-    impostor = WorkerKey("w1", keys["w2"].private)
-    with either.open(worker_key=impostor) as cassette:
-        refused(
-            ErrorCode.SIGNATURE_REQUIRED,
-            cassette.complete_step,
-            RUN,
-            leased["step_id"],
-            "w1",
-            1,
-            {},
-            "SUCCESS",
-        )
-        second = cassette.claim_step(RUN, "w1", TTL)
-        cassette.complete_step(RUN, second["step_id"], "w1", 1, {}, "SUCCESS")
-    assert kinds(either, pins) == [
-        ("foreign_key", "cassette_attestations", 4),
-        ("foreign_key", "cassette_attestations", 5),
-    ]
-
-
 def test_requeues_of_a_signed_lease(
     either: Ledger, leased: dict[str, Any], keys: dict[str, WorkerKey], pins: Path
 ) -> None:
@@ -268,27 +244,6 @@ def test_an_early_requeue_attestation_gets_the_same_code(
     assert either.journal() == before
 
 
-def test_a_stale_signed_worker_gets_the_fencing_code(
-    either: Ledger, leased: dict[str, Any], keys: dict[str, WorkerKey]
-) -> None:
-    either.advance(TTL * 1000)
-    with either.open(worker_key=keys["ops"]) as cassette:
-        cassette.requeue(RUN)
-    with either.open(worker_key=keys["w2"]) as cassette:
-        cassette.claim_step(RUN, "w2", TTL)
-    with either.open(worker_key=keys["w1"]) as cassette:
-        refused(
-            ErrorCode.STALE_FENCING_TOKEN,
-            cassette.complete_step,
-            RUN,
-            leased["step_id"],
-            "w1",
-            1,
-            {},
-            "SUCCESS",
-        )
-
-
 def test_a_faulty_signer_writes_nothing(
     either: Ledger, leased: dict[str, Any], keys: dict[str, WorkerKey]
 ) -> None:
@@ -310,22 +265,6 @@ def test_a_faulty_signer_writes_nothing(
         )
         refused(ErrorCode.BAD_SIGNATURE, cassette.post_messages, [({}, RUN, "USER", None)] * 2)
     assert either.journal() == before
-
-
-def test_unsigned_entries_of_a_pinned_worker(either: Ledger, pins: Path) -> None:
-    with either.open() as cassette:
-        cassette.post_message({"jobs": [{"intent": "i", "steps": [{}, {}]}]}, RUN, "USER")
-        one = cassette.claim_step(RUN, "w1", TTL)
-        cassette.complete_step(RUN, one["step_id"], "w1", 1, {}, "SUCCESS")
-        two = cassette.claim_step(RUN, "w1", TTL)
-        cassette.requeue(RUN, two["step_id"], worker_id="w1", fencing_token=1)
-        cassette.claim_step(RUN, "someone-unpinned", TTL)
-    assert sorted(kinds(either, pins)) == [
-        ("unsigned_entry", "cassette_receipts", 1),
-        ("unsigned_entry", "cassette_releases", 1),
-        ("unsigned_entry", "cassette_steps", one["step_id"]),
-        ("unsigned_entry", "cassette_steps", two["step_id"]),
-    ]
 
 
 # ------------------------------------------------------ PostgreSQL, in raw SQL

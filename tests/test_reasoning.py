@@ -29,6 +29,10 @@ from catalytic_cassette.reasoning import (
     reconstruct_reasoning,
 )
 
+from .backends import Ledger
+
+pytestmark = pytest.mark.both_backends
+
 START_MS = 1_700_000_000_000
 MISSING_ID = "ffffffff-ffff-4fff-bfff-ffffffffffff"
 NO_CAUSALITY = "no causality data: this action names no cause, rationale or category"
@@ -92,12 +96,14 @@ def timestamp(n: int) -> int:
 
 
 @pytest.fixture
-def known(tmp_path: Path) -> Iterator[CausalChain]:
-    clock = ManualClock(START_MS)
-    with CausalChain(tmp_path / "known.db", clock=clock) as chain:
+def known(backend: Ledger) -> Iterator[CausalChain]:
+    if not backend.postgresql:  # a PostgreSQL ledger keeps the server's time
+        backend.clock = ManualClock(START_MS)
+    with CausalChain(backend.target, clock=backend.clock) as chain:
         for n, row in GRAPH.items():
             plan, session, kind, function, cause, parent, rationale, category, ok = row
-            clock.advance(1000)
+            if not backend.postgresql:  # the server's time needs no push (and each is a round trip)
+                backend.advance(1000)
             chain.append_action(
                 {
                     "action_id": uid(n),
@@ -117,14 +123,26 @@ def known(tmp_path: Path) -> Iterator[CausalChain]:
         yield chain
 
 
-def entry(n: int, depth: int) -> dict[str, Any]:
+@pytest.fixture
+def stamps(known: CausalChain, backend: Ledger) -> dict[int, int]:
+    """Each action's time as stored: ``timestamp(n)`` on SQLite's ManualClock; on
+    PostgreSQL the server's, never going back."""
+    found = {n: known.get_action(uid(n)).timestamp for n in GRAPH}
+    if backend.postgresql:
+        assert all(found[n + 1] >= found[n] for n in list(GRAPH)[:-1])  # type: ignore[operator]
+    else:
+        assert found == {n: timestamp(n) for n in GRAPH}
+    return found  # type: ignore[return-value]
+
+
+def entry(n: int, depth: int, stamps: dict[int, int]) -> dict[str, Any]:
     _plan, _session, kind, function, cause, *_rest, category, _ok = GRAPH[n]
     return {
         "depth": depth,
         "action_id": uid(n),
         "caused_by": None if cause is None else uid(cause),
         "category": category,
-        "timestamp": timestamp(n),
+        "timestamp": stamps[n],
         "function_name": function,
         "action_type": kind,
         "summary": SUMMARIES.get(n, LONG_SUMMARY),
@@ -136,16 +154,18 @@ def test_the_long_summary_is_cut_at_100_characters() -> None:
     assert LONG_SUMMARY.endswith("...")
 
 
-def test_the_causal_chain_runs_from_the_root_to_the_action(known: CausalChain) -> None:
+def test_the_causal_chain_runs_from_the_root_to_the_action(
+    known: CausalChain, stamps: dict[int, int]
+) -> None:
     found = known.build_causal_chain(uid(5))
     assert found == {
         "action_id": uid(5),
         "truncated": False,
         "length": 5,
-        "chain": [entry(n, depth) for depth, n in enumerate([1, 2, 3, 4, 5])],
+        "chain": [entry(n, depth, stamps) for depth, n in enumerate([1, 2, 3, 4, 5])],
     }
     across_plans = known.build_causal_chain(uid(9))
-    assert across_plans["chain"] == [entry(6, 0), entry(8, 1), entry(9, 2)]
+    assert across_plans["chain"] == [entry(6, 0, stamps), entry(8, 1, stamps), entry(9, 2, stamps)]
     assert (across_plans["length"], across_plans["truncated"]) == (3, False)
     for root in (1, 6, 10, 11, 12):
         alone = known.build_causal_chain(uid(root))
@@ -153,7 +173,7 @@ def test_the_causal_chain_runs_from_the_root_to_the_action(known: CausalChain) -
             "action_id": uid(root),
             "truncated": False,
             "length": 1,
-            "chain": [entry(root, 0)],
+            "chain": [entry(root, 0, stamps)],
         }
 
 
@@ -171,12 +191,16 @@ def test_the_causal_chain_runs_from_the_root_to_the_action(known: CausalChain) -
     ],
 )
 def test_max_depth_truncates_the_walk(
-    known: CausalChain, max_depth: int | None, expected: list[int], truncated: bool
+    known: CausalChain,
+    stamps: dict[int, int],
+    max_depth: int | None,
+    expected: list[int],
+    truncated: bool,
 ) -> None:
     found = known.build_causal_chain(uid(5), max_depth=max_depth)
     assert found["truncated"] is truncated
     assert found["length"] == len(expected)
-    assert found["chain"] == [entry(n, depth) for depth, n in enumerate(expected)]
+    assert found["chain"] == [entry(n, depth, stamps) for depth, n in enumerate(expected)]
 
 
 def test_a_root_is_never_truncated(known: CausalChain) -> None:
@@ -446,11 +470,15 @@ def test_causality_stats_known_answers(
         (11, []),
     ],
 )
-def test_downstream_known_answers(known: CausalChain, n: int, expected: list[int]) -> None:
+def test_downstream_known_answers(
+    known: CausalChain, backend: Ledger, n: int, expected: list[int]
+) -> None:
     assert [a.action_id for a in known.downstream(uid(n))] == [uid(e) for e in expected]
-    assert downstream(known.conn, uid(n)) == [uid(e) for e in expected]
+    if not backend.postgresql:  # the module function reads a sqlite3 connection
+        assert downstream(known.conn, uid(n)) == [uid(e) for e in expected]
 
 
+@pytest.mark.sqlite_only(reason="the module functions read a sqlite3 connection")
 def test_the_module_functions_match_the_chain_methods(known: CausalChain) -> None:
     conn = known.conn
     assert build_causal_chain(conn, uid(5), 2) == known.build_causal_chain(uid(5), 2)
@@ -588,6 +616,10 @@ def stored(forest: Forest) -> Iterator[CausalChain]:
         yield chain
 
 
+@pytest.mark.sqlite_only(
+    reason="a fresh ledger per Hypothesis example; on PostgreSQL each would be a database"
+    " clone (the known answers and the 2,000-deep chain run on both)"
+)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=FORESTS, data=st.data())
 def test_chains_and_downstream_match_a_naive_walk(
@@ -614,6 +646,10 @@ def test_chains_and_downstream_match_a_naive_walk(
             ]
 
 
+@pytest.mark.sqlite_only(
+    reason="a fresh ledger per Hypothesis example; on PostgreSQL each would be a database"
+    " clone (the known answers and the 2,000-deep chain run on both)"
+)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=st.just([]) | FORESTS)
 def test_causality_stats_match_a_naive_computation(nodes: list[tuple[Any, ...]]) -> None:
@@ -625,6 +661,7 @@ def test_causality_stats_match_a_naive_computation(nodes: list[tuple[Any, ...]])
                 assert found == forest.stats(plan_id, session_id), (plan_id, session_id)
 
 
+@pytest.mark.sqlite_only(reason="the naive walks' ledger is SQLite's (stored(), as above)")
 def test_a_deep_forest_has_the_naive_depths() -> None:
     nodes: list[tuple[Any, ...]] = [
         (-1, PLANS[i % 2], SESSIONS[i % 3], i % 4 == 0, None) for i in range(300)
@@ -693,6 +730,7 @@ SHALLOW_TIP, DEEP_TIP = uid(4), uid(1199)
 SHALLOW_ROOT, DEEP_ROOT = uid(0), uid(1000)
 
 
+@pytest.mark.sqlite_only(reason="SQLite's trace callback and EXPLAIN QUERY PLAN")
 def test_build_causal_chain_is_one_query_whatever_the_depth(two_depths: CausalChain) -> None:
     shallow = traced(two_depths, lambda: two_depths.build_causal_chain(SHALLOW_TIP))
     deep = traced(two_depths, lambda: two_depths.build_causal_chain(DEEP_TIP))
@@ -707,6 +745,7 @@ def test_build_causal_chain_is_one_query_whatever_the_depth(two_depths: CausalCh
     assert len(limited) == 2
 
 
+@pytest.mark.sqlite_only(reason="SQLite's trace callback and EXPLAIN QUERY PLAN")
 @pytest.mark.parametrize(
     ("name", "shallow", "deep", "count"),
     [
@@ -742,6 +781,7 @@ def _no_table_scan(details: list[str], ctes: tuple[str, ...]) -> None:
             assert detail in tuple(f"SCAN {c}" for c in ctes), details
 
 
+@pytest.mark.sqlite_only(reason="SQLite's trace callback and EXPLAIN QUERY PLAN")
 def test_the_cause_walk_up_searches_by_action_id(two_depths: CausalChain) -> None:
     walk = traced(two_depths, lambda: two_depths.build_causal_chain(DEEP_TIP))[-1]
     details = query_plan(two_depths, walk)
@@ -755,6 +795,7 @@ def test_the_cause_walk_up_searches_by_action_id(two_depths: CausalChain) -> Non
     ), details
 
 
+@pytest.mark.sqlite_only(reason="SQLite's trace callback and EXPLAIN QUERY PLAN")
 def test_the_walk_down_searches_by_cause(two_depths: CausalChain) -> None:
     walk = traced(two_depths, lambda: downstream(two_depths.conn, DEEP_ROOT))[-1]
     details = query_plan(two_depths, walk)
@@ -766,6 +807,7 @@ def test_the_walk_down_searches_by_cause(two_depths: CausalChain) -> None:
     ), details
 
 
+@pytest.mark.sqlite_only(reason="SQLite's trace callback and EXPLAIN QUERY PLAN")
 def test_the_stats_recursion_searches_by_cause(two_depths: CausalChain) -> None:
     statements = traced(two_depths, lambda: two_depths.causality_stats("plan-200"))
     (recursive,) = [s for s in statements if "RECURSIVE" in s]
@@ -784,10 +826,9 @@ def test_the_stats_recursion_searches_by_cause(two_depths: CausalChain) -> None:
 DEEP = 2000
 
 
-@pytest.fixture(scope="module")
-def very_deep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CausalChain]:
-    path = tmp_path_factory.mktemp("deep") / "deep.db"
-    with CausalChain(path, clock=ManualClock(START_MS)) as chain:
+@pytest.fixture
+def very_deep(backend: Ledger) -> Iterator[CausalChain]:
+    with CausalChain(backend.target, clock=backend.clock) as chain:
         chain.append_actions(
             {
                 "action_id": uid(k),
@@ -817,7 +858,7 @@ def test_a_2000_deep_chain_is_walked_root_first(very_deep: CausalChain) -> None:
 
 
 def test_a_2000_deep_chain_downstream_and_stats(very_deep: CausalChain) -> None:
-    assert downstream(very_deep.conn, uid(0)) == [uid(k) for k in range(1, DEEP)]
+    assert [a.action_id for a in very_deep.downstream(uid(0))] == [uid(k) for k in range(1, DEEP)]
     stats = very_deep.causality_stats()
     assert (stats["actions"], stats["with_cause"], stats["root_causes"]) == (DEEP, DEEP - 1, 1)
     assert stats["max_chain_length"] == DEEP - 1

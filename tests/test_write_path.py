@@ -5,7 +5,6 @@ ids, field checks and returned values are those of the dataclass path they repla
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -28,7 +27,14 @@ from catalytic_cassette.actions import (
 )
 from catalytic_cassette.chain import CausalChain
 
+from .backends import DATABASE_ERRORS, Ledger, package_idle
 from .conftest import file_digest
+
+pytestmark = pytest.mark.both_backends
+TWINS = pytest.mark.sqlite_only(
+    reason="twin copies of one SQLite file per Hypothesis example (one PostgreSQL ledger"
+    " per example would be a database clone each; the refusals below run on both)"
+)
 
 MISSING_ID = "ffffffff-ffff-4fff-bfff-ffffffffffff"
 NAMES = st.text(  # what SQLite counts as 1-8 characters: no NUL, no lone surrogate
@@ -120,6 +126,7 @@ def append_each(chain: CausalChain, items: list[dict[str, Any]]) -> list[Action]
     return [chain.append_action(item) for item in items]
 
 
+@TWINS
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), count=st.integers(2, 12) | st.integers(30, 100))  # (chunks of 32)
 def test_a_batch_equals_its_items_appended_one_by_one(
@@ -143,6 +150,7 @@ SQL_REFUSALS = {
 }
 
 
+@TWINS
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=st.data(),
@@ -187,9 +195,49 @@ def test_a_refused_item_is_named_by_its_index_as_one_by_one(
         assert item_refusal.value.message == batch_refusal.value.message
 
 
-def test_a_refused_batch_leaves_the_file_unchanged(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.db"
-    with CausalChain(path, clock=ManualClock()) as chain:
+def _plain(n: int) -> dict[str, Any]:
+    return {
+        "plan_id": "p",
+        "intent_id": "i",
+        "action_type": "InternalStep",
+        "function_name": f"f{n}",
+    }
+
+
+@pytest.mark.parametrize("refusal", sorted(SQL_REFUSALS))
+def test_a_refused_item_is_named_by_its_index_on_either_backend(
+    backend: Ledger, refusal: str
+) -> None:
+    """The Hypothesis test above, by hand on one ledger of either backend: inside the first
+    chunk of 32 and after it, the batch is refused naming the item, nothing is written, and
+    the same items one by one meet the same refusal at that item."""
+    change, code = SQL_REFUSALS[refusal]
+    items = [{**_plain(n), "action_id": new_action_id()} for n in range(40)]
+    with CausalChain(backend.target, clock=backend.clock) as chain:
+        chain.append_action(_plain(-1))  # the batch does not start the ledger
+        before = backend.dump()
+        for bad in (5, 35):
+            batch = [dict(item) for item in items]
+            batch[bad].update(change)
+            if refusal == "id reused":
+                batch[bad]["action_id"] = batch[bad - 1]["action_id"]
+            with pytest.raises(CassetteError) as batch_refusal:
+                chain.append_actions(batch)
+            assert batch_refusal.value.code is code, batch_refusal.value
+            assert batch_refusal.value.detail["index"] == bad
+            assert package_idle(chain)
+            assert backend.dump() == before
+        for item in batch[:bad]:
+            chain.append_action(item)
+        with pytest.raises(CassetteError) as item_refusal:
+            chain.append_action(batch[bad])
+        assert item_refusal.value.code is code
+        assert item_refusal.value.message == batch_refusal.value.message
+
+
+def test_a_refused_batch_leaves_the_file_unchanged(backend: Ledger, db_path: Path) -> None:
+    path = db_path
+    with CausalChain(path, clock=backend.clock) as chain:
         chain.append_action(
             {"plan_id": "p", "intent_id": "i", "action_type": "InternalStep", "function_name": "f"}
         )
@@ -203,12 +251,12 @@ def test_a_refused_batch_leaves_the_file_unchanged(tmp_path: Path) -> None:
             chain.append_actions(batch)
         assert refused.value.code is ErrorCode.REFERENCE_MISSING
         assert refused.value.detail["index"] == 321
-        assert isinstance(refused.value.__cause__, sqlite3.IntegrityError)
+        assert isinstance(refused.value.__cause__, DATABASE_ERRORS)
         assert file_digest(path) == digest
         assert chain.append_actions(batch[:2])[1].action_seq == 3  # the ledger goes on
 
 
-def test_a_returned_action_shares_nothing_with_its_input(tmp_path: Path) -> None:
+def test_a_returned_action_shares_nothing_with_its_input(backend: Ledger) -> None:
     """As before the lean path: the stored metadata is decoded from what was stored."""
     metadata: dict[str, Any] = {"tags": ("a", "b")}
     item = {
@@ -218,7 +266,7 @@ def test_a_returned_action_shares_nothing_with_its_input(tmp_path: Path) -> None
         "function_name": "f",
         "metadata": metadata,
     }
-    with CausalChain(tmp_path / "ledger.db", clock=ManualClock()) as chain:
+    with CausalChain(backend.target, clock=backend.clock) as chain:
         for stored in (chain.append_action(item), *chain.append_actions([dict(item)] * 2)):
             assert stored.metadata == {"tags": ["a", "b"]}
             assert stored.metadata is not metadata
@@ -336,6 +384,7 @@ MESSAGES = st.lists(
 )
 
 
+@TWINS
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     messages=MESSAGES,
