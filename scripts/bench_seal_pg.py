@@ -11,9 +11,10 @@ DIR`` prints); a fresh database is made per measurement and dropped after.
    sealing every 1,000 entries. Prints microseconds per post and the ratio to the
    baseline of the same round.
 2. On ledgers of ``--entries`` entries: the seconds the server's root check of a seal
-   takes (``cassette_tree_root``, run by the insert while it holds the head's lock, so
-   every writer waits that long) and the seconds the whole seal takes (the tree rebuilt
-   from the bodies in a snapshot, without the lock, then the insert).
+   takes (``cassette_tree_root``; since migration 0011 the insert runs it before it
+   takes the head's lock), the seconds the whole seal takes (the tree rebuilt from the
+   bodies in a snapshot, without the lock, then the insert), and what a writer waits:
+   a seal's INSERT in one thread, a post sent 20 ms into it in another.
 """
 
 from __future__ import annotations
@@ -97,6 +98,43 @@ def seal_times(url: str) -> tuple[int, float, float]:
     return size, check, whole
 
 
+def writer_wait(url: str, delay: float = 0.02) -> tuple[float, float]:
+    """(seconds a seal's INSERT took, seconds a post sent ``delay`` after it started took):
+    since 0011 the insert folds the root before it takes the head, so a writer waits for
+    the fold no longer (before, it waited for all of it)."""
+    import threading
+
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT next_seq FROM cassette_head").fetchone()
+        assert row is not None
+        size = int(row[0])
+        root = conn.execute("SELECT encode(cassette_tree_root(%s), 'hex')", (size,)).fetchone()
+        assert root is not None
+    took: list[float] = []
+
+    def insert() -> None:
+        with psycopg.connect(url, autocommit=True) as sealer:
+            begun = time.perf_counter()
+            sealer.execute(
+                "INSERT INTO cassette_seals (tree_size, root_hex, origin, key_id, note)"
+                " VALUES (%s, %s, 'o', 'abcdef01', 'o' || chr(10) || %s || chr(10))",
+                (size, root[0], str(size)),
+            )
+            took.append(time.perf_counter() - begun)
+
+    with MessageCassette(url) as writer:
+        sealing = threading.Thread(target=insert)
+        sealing.start()
+        time.sleep(delay)
+        begun = time.perf_counter()
+        writer.post_message({"meanwhile": True}, "run", "USER")
+        waited = time.perf_counter() - begun
+        sealing.join()
+    return took[0], waited
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
@@ -126,9 +164,11 @@ def main(argv: list[str]) -> int:
             MessageCassette(url).close()
             fill(url, entries)
             size, check, whole = seal_times(url)
+            insert, waited = writer_wait(url)
         print(
-            f"seal of {size:>8} entries: the head held {check:6.3f} s (server root check),"
-            f" whole seal {whole:6.3f} s",
+            f"seal of {size:>8} entries: server root check {check:6.3f} s,"
+            f" whole seal {whole:6.3f} s; a seal's INSERT {insert:6.3f} s, a post sent"
+            f" 20 ms into it {waited:6.3f} s",
             flush=True,
         )
     return 0

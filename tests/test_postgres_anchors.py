@@ -379,3 +379,50 @@ def test_the_seal_benchmark_script_runs(pg_server: str, capsys: pytest.CaptureFi
     assert bench_seal_pg.main([pg_server, "--posts", "5", "--rounds", "1", "--entries", "30"]) == 0
     printed = capsys.readouterr().out
     assert "automatic, never due" in printed and "seal of       30 entries" in printed
+
+
+def test_a_seal_over_entries_committed_while_it_waited_for_the_head(pg_ledger: str) -> None:
+    """0011 folds a seal's root before the insert takes the head. A seal that covers an
+    entry another session has written but not committed folds too few leaves then; it
+    waits for the head, and once the writer committed the root is folded again under the
+    head: the seal holds (and a wrong root at that size is still SEAL_MISMATCH)."""
+    import threading
+
+    some_work(pg_ledger)
+    writer = psycopg.connect(pg_ledger)  # one transaction, holding the head until commit
+    writer.execute(
+        "SELECT * FROM cassette_post('run', 'USER', NULL, %s, ARRAY['i'], ARRAY[1], ARRAY['{}'])",
+        ('{"jobs":[{"intent":"i","steps":[{}]}]}',),
+    )
+    leaves = [
+        bytes(leaf)
+        for (leaf,) in writer.execute("SELECT leaf_hash FROM cassette_journal ORDER BY seq")
+    ]
+    size = len(leaves)  # the writer's own entry included, not yet visible elsewhere
+    root = root_from_leaves(leaves).hex()
+    outcome: list[Any] = []
+
+    def insert(root_hex: str) -> None:
+        with psycopg.connect(pg_ledger, autocommit=True) as sealer:
+            try:
+                sealer.execute(
+                    "INSERT INTO cassette_seals (tree_size, root_hex, origin, key_id, note)"
+                    " VALUES (%s, %s, 'o', 'abcdef01', 'o' || chr(10) || %s || chr(10))",
+                    (size, root_hex, str(size)),
+                )
+                outcome.append("recorded")
+            except psycopg.Error as exc:
+                outcome.append(str(exc).split(":")[0])
+
+    sealing = threading.Thread(target=insert, args=(root,))
+    sealing.start()
+    sealing.join(1.0)
+    assert sealing.is_alive() and outcome == []  # waiting for the head
+    writer.commit()
+    writer.close()
+    sealing.join(30)
+    assert outcome == ["recorded"]
+    wrong = threading.Thread(target=insert, args=("0" * 64,))
+    wrong.start()
+    wrong.join(30)
+    assert outcome == ["recorded", "SEAL_MISMATCH"]
