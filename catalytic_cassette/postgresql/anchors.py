@@ -8,8 +8,8 @@ new seal's root again against the leaves it holds (``cassette_seals_insert``, 00
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from .. import merkle
@@ -139,14 +139,8 @@ class PgProofSource:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
 
-    @contextmanager
-    def snapshot(self) -> Iterator[object]:
-        if self.conn.info.transaction_status.name != "IDLE":
-            yield self.conn  # already inside one
-            return
-        with connection.transaction(self.conn):
-            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            yield self.conn
+    def snapshot(self) -> AbstractContextManager[object]:
+        return connection.snapshot(self.conn)
 
     def covering_seal(self, seq: int) -> bytes | None:
         row = self.conn.execute(

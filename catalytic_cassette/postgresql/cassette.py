@@ -14,7 +14,8 @@ With a worker key every act is preceded, in its transaction, by its signed attes
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import payloads
 from ..cassette import (
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from ..seals import AutoSeal
     from ..verify import VerifyReport
     from ..worker_keys import PinnedKey, WorkerKey
+
+T = TypeVar("T")
 
 
 class PgMessageCassette(PgLedger, MessageCassette):
@@ -94,24 +97,9 @@ class PgMessageCassette(PgLedger, MessageCassette):
             signer = _Signer(conn, key)
             for index, item in enumerate(prepared):
                 params = _post_params(*item)
-                row = _indexed(index, len(prepared), self._post_one, conn, params, signer)
+                row = _indexed(index, len(prepared), _translated, _post_one, conn, params, signer)
                 results.append((int(row[0]), int(row[1])))
         return results
-
-    @staticmethod
-    def _post_one(
-        conn: psycopg.Connection[Any], params: dict[str, Any], signer: _Signer
-    ) -> tuple[Any, ...]:
-        # (a refusal leaves the transaction to roll back whole: no savepoint per item)
-        try:
-            signer.attest_post(params)
-            row = conn.execute(query("post"), params).fetchone()
-        except Exception as exc:
-            if isinstance(exc, CassetteError):
-                raise
-            raise connection.translate(exc) from exc
-        assert row is not None
-        return tuple(row)
 
     # ------------------------------------------------------------------- claims
 
@@ -225,7 +213,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
             with self._writing() as conn:
                 signer = _Signer(conn, self.worker_key)
                 return [
-                    _indexed(index, len(prepared), _complete_signed, signer, item)
+                    _indexed(index, len(prepared), _translated, signer.complete, item)
                     for index, item in enumerate(prepared)
                 ]
         with self._writing() as conn:
@@ -393,14 +381,24 @@ def _complete(conn: psycopg.Connection[Any], item: _Completion) -> int:
     return int(row[0])
 
 
-def _complete_signed(signer: _Signer, item: _Completion) -> int:
-    """One signed completion of a batch, its refusal translated so that the batch can
-    name its index (no savepoint: the batch is refused whole)."""
+def _post_one(
+    conn: psycopg.Connection[Any], params: dict[str, Any], signer: _Signer
+) -> tuple[Any, ...]:
+    signer.attest_post(params)
+    row = conn.execute(query("post"), params).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _translated(call: Callable[..., T], *args: Any) -> T:
+    """One signed item of a batch, a server's refusal as a CassetteError, so that
+    ``_indexed`` (which knows SQLite's errors) names its index. No savepoint per item:
+    a refusal leaves the transaction to roll back whole."""
     try:
-        return signer.complete(item)
+        return call(*args)
+    except CassetteError:
+        raise
     except Exception as exc:
-        if isinstance(exc, CassetteError):
-            raise
         raise connection.translate(exc) from exc
 
 

@@ -6,10 +6,10 @@ SECURITY DEFINER function (0004_actions.sql), whose triggers hold the law, date 
 with the server's time and journal it. Reads are the named queries of ``queries.sql``,
 decoded by the functions the SQLite class decodes with. Signatures and suggested causes
 are made as SQLite makes them, once the transaction's time is known (``_append``);
-artifact files live in a folder the caller names (there is no "beside" a URL). Whatever
-is not ported raises BACKEND_UNSUPPORTED, so no SQLite code ever runs on a psycopg
-connection. Chosen once, when a ledger is opened with a PostgreSQL URL
-(``LedgerFile.__new__``).
+artifact files live in a folder the caller names (there is no "beside" a URL). No
+SQLite code runs on a psycopg connection: what is SQLite's alone (``write()``,
+``ledger_now``) raises BACKEND_UNSUPPORTED. Chosen once, when a ledger is opened with a
+PostgreSQL URL (``LedgerFile.__new__``).
 """
 
 from __future__ import annotations

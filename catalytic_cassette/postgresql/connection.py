@@ -274,6 +274,18 @@ def _answered(cur: psycopg.Cursor[Any]) -> bool:
 
 
 @contextmanager
+def snapshot(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """Several reads in one snapshot: a REPEATABLE READ READ ONLY transaction, or the
+    transaction already under way (a caller's snapshot, which nested reads share)."""
+    if conn.info.transaction_status.name != "IDLE":
+        yield conn
+        return
+    with transaction(conn):
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        yield conn
+
+
+@contextmanager
 def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
     """One transaction: committed on success, rolled back on any exception, which leaves
     as a CassetteError."""

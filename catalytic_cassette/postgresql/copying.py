@@ -15,7 +15,7 @@ from ..copying import Entry
 from ..copying_sqlite import _statement
 from ..errors import CassetteError, ErrorCode
 from . import connection
-from .anchors import ledger_id
+from .anchors import journal_size, ledger_id
 
 _BATCH = 4096
 
@@ -92,8 +92,7 @@ class PgDestination:
         self.conn.execute("UPDATE cassette_meta SET value = %s WHERE key = 'ledger_id'", (wanted,))
 
     def size(self) -> int:
-        row = self.conn.execute("SELECT cassette_journal_size()").fetchone()
-        return int(row[0]) if row else 0
+        return journal_size(self.conn)
 
     def chain_at(self, seq: int) -> bytes:
         row = self.conn.execute(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -102,16 +102,9 @@ class PgLedger:
         if self.auto_seal is not None:
             self.auto_seal.after_write(self)
 
-    @contextmanager
-    def read_snapshot(self) -> Iterator[psycopg.Connection[Any]]:
-        """Several reads in one REPEATABLE READ READ ONLY transaction (one snapshot); inside
-        one already, that one."""
-        if self.pg.info.transaction_status.name != "IDLE":
-            yield self.pg
-            return
-        with connection.transaction(self.pg) as conn:
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            yield conn
+    def read_snapshot(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """Several reads in one snapshot (``connection.snapshot``)."""
+        return connection.snapshot(self.pg)
 
     def _fetch(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
         """One named query, one statement: its own transaction (autocommit)."""
@@ -142,7 +135,8 @@ class PgLedger:
         )
 
     def journal_size(self) -> int:
-        """The number of journal entries (the head's next seq)."""
+        """The number of journal entries (counted in the journal: inside a writing
+        transaction the head lags until commit, 0009)."""
         from .anchors import journal_size
 
         return journal_size(self.pg)

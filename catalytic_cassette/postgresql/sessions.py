@@ -32,8 +32,7 @@ def verify_session_url(
 
     conn = connection.connect_reader(url)
     try:
-        with connection.transaction(conn):
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        with connection.snapshot(conn):
             return verify_session_of(
                 named_fetch(conn),
                 lambda: bodies_tree(conn),
