@@ -86,8 +86,7 @@ def record_seal(
     the root once more there), so a host writing meanwhile makes it neither wait nor
     fail BUSY, as an insert in the snapshot's transaction would. Sealing needs INSERT on
     cassette_seals: the owner's."""
-    with connection.transaction(conn):
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    with connection.snapshot(conn):
         chosen = check_origin(origin if origin is not None else ledger_origin(conn))
         have = journal_size(conn)
         size = have if size is None else size
@@ -185,13 +184,17 @@ def journal_reader(conn: psycopg.Connection[Any]) -> Callable[[int, int], list[A
 
     def read_after(since_seq: int, limit: int) -> list[Any]:
         try:
-            return conn.execute(
+            rows = conn.execute(
                 "SELECT seq, body, chain_hash FROM cassette_journal WHERE seq > %s"
                 " ORDER BY seq LIMIT %s",
                 (since_seq, limit),
             ).fetchall()
+            seen = connection.wal_inserted(conn) if rows else None
         except Exception as exc:
             raise connection.translate(exc) from exc
+        if seen is not None:  # shown once durable (connection.wait_durable)
+            connection.wait_durable(conn, seen)
+        return rows
 
     return read_after
 

@@ -3,7 +3,9 @@ place where psycopg errors become CassetteError."""
 
 from __future__ import annotations
 
+import itertools
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -276,13 +278,91 @@ def _answered(cur: psycopg.Cursor[Any]) -> bool:
 @contextmanager
 def snapshot(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
     """Several reads in one snapshot: a REPEATABLE READ READ ONLY transaction, or the
-    transaction already under way (a caller's snapshot, which nested reads share)."""
+    transaction already under way (a caller's snapshot, which nested reads share). All it
+    sees is durable before the block begins (``wait_durable``)."""
     if conn.info.transaction_status.name != "IDLE":
         yield conn
         return
     with transaction(conn):
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        wait_durable(conn, wal_inserted(conn))  # (the first query: takes the snapshot)
         yield conn
+
+
+# ------------------------------------------------------------------ committing early
+# At durability full a write commits early: its transaction ends (and frees the chain's
+# head) once its commit record is in the WAL buffer, and the call returns only after the
+# WAL is flushed past it. The head is then held for the transaction's work alone, not for
+# an fsync, and the flushes of concurrent writers share one fsync. A caller is never told
+# of a commit a crash could take back; a reader could see one for the moment between the
+# commit and its flush, so every read that hands out evidence (a snapshot, verify, a
+# follow poll) first waits for the flush past what it saw (``wait_durable``). LAW.md 14.
+
+# How long a reader waits for the WAL flush between looks (growing to the last), and in
+# all: the writer that committed flushes within a millisecond or two; a client that
+# committed asynchronously without flushing is flushed by the server's WAL writer within
+# three ``wal_writer_delay`` (0.6 s by default). A server that flushes nothing for longer
+# is failing: BUSY.
+_FLUSH_POLL_SECONDS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
+_FLUSH_WAIT_SECONDS = 30.0
+
+
+def commit_early(
+    conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    """One write statement in its own transaction, committed early, then flushed; its
+    rows. BEGIN, the setting, the statement and COMMIT go in one round trip (a pipeline).
+    A refusal rolls back (nothing was written) and leaves as CassetteError."""
+    try:
+        with conn.pipeline(), conn.transaction():
+            conn.execute(sqlfiles.query("commit_without_flush"))
+            cursor = conn.execute(sql, params)
+        rows = cursor.fetchall()
+    except (psycopg.Error, UnicodeEncodeError) as exc:
+        raise translate(exc) from exc
+    flush(conn)
+    return rows
+
+
+@contextmanager
+def early_transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """``transaction``, committed early and flushed before the block's caller goes on."""
+    with transaction(conn):
+        conn.execute(sqlfiles.query("commit_without_flush"))
+        yield conn
+    flush(conn)
+
+
+def flush(conn: psycopg.Connection[Any]) -> None:
+    """Return once the WAL is flushed past this session's last commit. A failure here
+    (the connection lost) leaves the write's outcome unknown to the caller, as a failed
+    COMMIT would: CANNOT_OPEN, and the caller retries idempotently or not at all."""
+    try:
+        conn.execute(sqlfiles.query("flush_commits"))
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
+def wal_inserted(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute(sqlfiles.query("wal_inserted")).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def wait_durable(conn: psycopg.Connection[Any], lsn: str) -> None:
+    """Return once the WAL is flushed up to ``lsn`` (read after a snapshot began, so past
+    everything it sees). Polled, since a reader may not write: no fsync of its own."""
+    deadline = time.monotonic() + _FLUSH_WAIT_SECONDS
+    for look in itertools.count():
+        row = conn.execute(sqlfiles.query("wal_flushed_past"), {"lsn": lsn}).fetchone()
+        if row is not None and row[0]:
+            return
+        if time.monotonic() > deadline:
+            raise CassetteError(
+                ErrorCode.BUSY,
+                f"the server flushed no WAL past {lsn} in {_FLUSH_WAIT_SECONDS:.0f} s",
+            )
+        time.sleep(_FLUSH_POLL_SECONDS[min(look, len(_FLUSH_POLL_SECONDS) - 1)])
 
 
 @contextmanager

@@ -26,6 +26,8 @@ class PgSource:
         self._snapshot = self.conn.transaction()
         self._snapshot.__enter__()
         self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        # (the first query takes the snapshot: all a copy carries is durable)
+        connection.wait_durable(self.conn, connection.wal_inserted(self.conn))
 
     def tables(self) -> set[str]:
         return {row[0] for row in self.conn.execute("SELECT DISTINCT tbl FROM cassette_journal")}

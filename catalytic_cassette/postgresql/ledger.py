@@ -41,6 +41,7 @@ class PgLedger:
     clock: Clock
     created: bool
     schema_version: int
+    commits_early: bool
 
     def _open_ledger(
         self,
@@ -68,13 +69,18 @@ class PgLedger:
         self.auto_seal = None if read_only else auto_seal
         self.clock = SystemClock()
         self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
+        durability = resolve_durability(durability)
         self.pg, self.created = connection.open_ledger(
             self.db_path,
-            durability=resolve_durability(durability),
+            durability=durability,
             busy_timeout_ms=busy_timeout_ms,
             read_only=read_only,
         )
         self.schema_version = len(sqlfiles.migrations())
+        # At durability normal every commit is asynchronous already (nothing to flush).
+        self.commits_early = (
+            durability == "full" and not read_only and bool(self._fetch("can_flush")[0][0])
+        )
         if self.auto_seal is not None and not self._fetch("can_seal")[0][0]:
             self.pg.close()
             raise CassetteError(
@@ -86,7 +92,10 @@ class PgLedger:
     def _write(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
         """A write that is one named statement (its own transaction), then the automatic
         seal (if any), as ``LedgerFile.write`` runs it once the transaction committed."""
-        rows = self._fetch(name, **params)
+        if self.commits_early:
+            rows = connection.commit_early(self.pg, query(name), params)
+        else:
+            rows = self._fetch(name, **params)
         self._wrote()
         return rows
 
@@ -94,7 +103,8 @@ class PgLedger:
     def _writing(self) -> Iterator[psycopg.Connection[Any]]:
         """A write of several statements in one transaction, then the automatic seal (if
         any) once it committed; a refused write seals nothing."""
-        with connection.transaction(self.pg) as conn:
+        begin = connection.early_transaction if self.commits_early else connection.transaction
+        with begin(self.pg) as conn:
             yield conn
         self._wrote()
 

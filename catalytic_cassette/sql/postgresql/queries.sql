@@ -403,3 +403,36 @@ SELECT note FROM cassette_seals ORDER BY seal_id DESC LIMIT 1;
 SELECT j.seq, j.body FROM cassette_actions a
   JOIN cassette_journal j ON j.tbl = 'cassette_actions' AND j.row_key = a.action_id
  WHERE a.{column} = %(value)s ORDER BY j.seq;
+
+-- ------------------------------------------------------------- committing early
+-- name: commit_without_flush
+-- Durability full (connection.commit_early): a write's transaction commits without
+-- waiting for its WAL flush, so the chain's head is free as soon as the commit record is
+-- in the WAL buffer; the call then waits for the flush (flush_commits) before it returns.
+-- Only the code that flushes ever turns synchronous commit off.
+SET LOCAL synchronous_commit = off;
+
+-- name: flush_commits
+-- A synchronous commit of a transaction that wrote WAL flushes the WAL up to its own
+-- commit record, so past every commit before it, this session's early one included; a
+-- transaction that writes nothing flushes nothing, hence the (transactional: it commits
+-- with an XID) logical message, one small WAL record that no table holds. Nothing is
+-- written when the WAL is already flushed as far as it was inserted. Concurrent flushes
+-- share one fsync.
+SELECT set_config('synchronous_commit', 'on', true),
+       CASE WHEN pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()
+            THEN pg_logical_emit_message(true, 'catalytic-cassette', '') END;
+
+-- name: can_flush
+-- pg_logical_emit_message is PUBLIC's unless a DBA revoked it: a session that cannot
+-- flush commits every write synchronously, under the head.
+SELECT has_function_privilege('pg_catalog.pg_logical_emit_message(boolean, text, text)',
+                              'EXECUTE');
+
+-- name: wal_inserted
+-- How far the WAL is inserted now: read after a snapshot was taken, it is past the
+-- commit record of every transaction the snapshot sees.
+SELECT pg_current_wal_insert_lsn()::text;
+
+-- name: wal_flushed_past
+SELECT pg_current_wal_flush_lsn() >= %(lsn)s::pg_lsn;

@@ -1,0 +1,246 @@
+"""Committing early on PostgreSQL (durability full): a write's transaction ends once its
+commit record is in the WAL buffer (the chain's head is free for the next writer), and the
+call returns only after the WAL is flushed past it; every read that hands out evidence
+waits for the flush past what its snapshot sees (``connection.wait_durable``).
+
+What a test can observe without a disk to pull: the flush after each write, the
+fallback of a role that cannot flush, refusals that leave nothing open, and readers that
+do not answer before the WAL is flushed as far as their snapshot.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from catalytic_cassette import CausalChain, ErrorCode, MessageCassette
+from catalytic_cassette.errors import CassetteError
+from catalytic_cassette.postgresql import connection
+
+psycopg = pytest.importorskip("psycopg")
+
+pytestmark = pytest.mark.postgresql
+
+
+@pytest.fixture
+def owner(pg_ledger: str) -> Iterator[Any]:
+    with psycopg.connect(pg_ledger, autocommit=True) as conn:
+        yield conn
+
+
+def wal(conn: Any) -> tuple[int, int]:
+    """(inserted, flushed) WAL positions as integers."""
+    inserted, flushed = conn.execute(
+        "SELECT pg_current_wal_insert_lsn() - '0/0', pg_current_wal_flush_lsn() - '0/0'"
+    ).fetchone()
+    return int(inserted), int(flushed)
+
+
+def lsn_text(position: int) -> str:
+    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
+
+
+class Flushes:
+    """Records each ``connection.flush`` with the WAL as the writer's commit left it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, observer: Any) -> None:
+        self.calls: list[tuple[int, int]] = []
+        real = connection.flush
+
+        def recording(conn: Any) -> None:
+            self.calls.append(wal(observer))
+            real(conn)
+
+        monkeypatch.setattr(connection, "flush", recording)
+
+
+def test_every_write_flushes_before_it_returns(
+    pg_ledger: str, owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flushes = Flushes(monkeypatch, owner)
+    with MessageCassette(pg_ledger) as cassette:
+        assert cassette.commits_early
+        cassette.post_message({"n": 1}, "run", "USER")
+        cassette.post_message({"n": 2}, "run", "USER")
+        assert len(flushes.calls) == 2
+        lease = cassette.claim_step("run", "w")
+        result = cassette.complete_and_claim(
+            "run", lease["step_id"], "w", lease["fencing_token"], {}, "SUCCESS"
+        )
+        assert result["next"] is not None
+        cassette.post_messages([({"n": n}, "run", "USER", None) for n in range(3)])
+        assert len(flushes.calls) == 5  # post, post, claim, complete_and_claim, the batch
+        # when the call has returned, the WAL is flushed past everything its commit wrote
+        inserted_at_return, flushed = wal(owner)
+        assert flushed >= inserted_at_return
+    with CausalChain(pg_ledger) as chain:
+        chain.append_action(
+            {
+                "plan_id": "p1",
+                "intent_id": "i",
+                "session_id": "s1",
+                "action_type": "PlanStarted",
+                "function_name": "f",
+            }
+        )
+    assert len(flushes.calls) == 6
+    # The commits were asynchronous: when the writer came to flush, the WAL was inserted
+    # past what was flushed (after a synchronous commit on this otherwise idle database,
+    # the two would be equal).
+    assert any(inserted > flushed for inserted, flushed in flushes.calls)
+
+
+def test_durability_normal_commits_asynchronously_and_never_flushes(
+    pg_ledger: str, owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flushes = Flushes(monkeypatch, owner)
+    with MessageCassette(pg_ledger, durability="normal") as cassette:
+        assert not cassette.commits_early
+        cassette.post_message({"n": 1}, "run", "USER")
+    assert flushes.calls == []
+
+
+def test_a_database_where_the_role_cannot_flush_commits_under_the_head(
+    pg_ledger: str, owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DBA who revoked pg_logical_emit_message (privileges are per database) gets
+    synchronous commits, as before: slower, never less durable."""
+    owner.execute(
+        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC"
+    )
+    name = "runner_noflush"
+    owner.execute(f"CREATE ROLE {name} LOGIN IN ROLE cassette_worker")
+    try:
+        flushes = Flushes(monkeypatch, owner)
+        url = pg_ledger.replace("postgresql://postgres@", f"postgresql://{name}@", 1)
+        with MessageCassette(url) as cassette:
+            assert not cassette.commits_early
+            cassette.post_message({"n": 1}, "run", "USER")
+            lease = cassette.claim_step("run", name)
+            cassette.complete_step("run", lease["step_id"], name, 1, {}, "SUCCESS")
+            assert cassette.status("run")["receipts"]["SUCCESS"] == 1
+        assert flushes.calls == []
+    finally:
+        owner.execute(f"DROP OWNED BY {name}")
+        owner.execute(f"DROP ROLE {name}")
+        owner.execute(
+            "GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO PUBLIC"
+        )
+
+
+def test_refusals_roll_back_and_leave_the_connection_usable(pg_ledger: str, owner: Any) -> None:
+    """Refused early commits, more of them than psycopg's threshold for preparing a
+    statement (a prepared statement lost with an aborted pipeline once broke the next
+    call), then writes that succeed; nothing of a refusal was written, no transaction is
+    left open."""
+    with MessageCassette(pg_ledger) as cassette:
+        cassette.post_message({"n": 1}, "run", "USER")
+        lease = cassette.claim_step("run", "w")
+        journal = owner.execute("SELECT count(*) FROM cassette_journal").fetchone()[0]
+        for _ in range(12):
+            with pytest.raises(CassetteError) as caught:
+                cassette.complete_step("run", lease["step_id"], "w", 99, {}, "SUCCESS")
+            assert caught.value.code is ErrorCode.STALE_FENCING_TOKEN
+            assert cassette.pg.info.transaction_status.name == "IDLE"
+        assert owner.execute("SELECT count(*) FROM cassette_journal").fetchone()[0] == journal
+        cassette.complete_step("run", lease["step_id"], "w", lease["fencing_token"], {}, "SUCCESS")
+        assert cassette.status("run")["receipts"]["SUCCESS"] == 1
+
+
+def test_a_writer_does_not_wait_for_another_writers_flush(
+    pg_ledger: str, owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one writer waits for its flush, its transaction is over: another writer
+    takes the head and commits (with a synchronous commit it would wait for the first
+    one's fsync under the head; here the first one's flush is held back by hand)."""
+    with MessageCassette(pg_ledger) as first, MessageCassette(pg_ledger) as second:
+        first.post_message({"n": 0}, "run", "USER")
+        holding, release = threading.Event(), threading.Event()
+        real = connection.flush
+
+        def held(conn: Any) -> None:
+            if conn is first.pg:
+                holding.set()
+                assert release.wait(10)
+            real(conn)
+
+        monkeypatch.setattr(connection, "flush", held)
+        worker = threading.Thread(target=first.post_message, args=({"n": 1}, "run", "USER"))
+        worker.start()
+        try:
+            assert holding.wait(10)
+            second.post_message({"n": 2}, "run", "USER")  # would be BUSY behind a held head
+            payloads = [
+                row[0]
+                for row in owner.execute(
+                    "SELECT payload_json FROM cassette_messages ORDER BY message_id"
+                )
+            ]
+            assert payloads == ['{"n":0}', '{"n":1}', '{"n":2}']
+        finally:
+            release.set()
+            worker.join(10)
+
+
+def test_wait_durable_returns_only_once_the_wal_is_flushed_that_far(
+    pg_ledger: str, owner: Any
+) -> None:
+    """A position just past the WAL's end: the wait looks until a later write (flushed
+    by its writer) carries the flush past it."""
+    inserted, _ = wal(owner)
+    target = lsn_text(inserted + 1)
+    done: list[float] = []
+    with psycopg.connect(pg_ledger, autocommit=True) as reader:
+
+        def wait() -> None:
+            connection.wait_durable(reader, target)
+            done.append(time.monotonic())
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        time.sleep(0.3)
+        assert done == [], "returned before any WAL reached the position"
+        wrote = time.monotonic()
+        with MessageCassette(pg_ledger) as cassette:
+            cassette.post_message({"n": 1}, "run", "USER")
+        thread.join(10)
+    assert done and done[0] >= wrote
+
+
+def test_evidence_reads_wait_for_an_asynchronous_commit_to_be_flushed(
+    pg_ledger: str, owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that commits asynchronously (its right: synchronous_commit is a user
+    setting) and never flushes: a snapshot, a follow poll, verify and a copy that see its
+    entry wait for the WAL flush past it before they answer."""
+    waits: list[str] = []
+    real = connection.wait_durable
+
+    def recording(conn: Any, lsn: str) -> None:
+        real(conn, lsn)
+        waits.append(lsn)
+        _, flushed = wal(owner)
+        committed = int(owner.execute("SELECT %s::pg_lsn - '0/0'", (lsn,)).fetchone()[0])
+        assert flushed >= committed
+
+    monkeypatch.setattr(connection, "wait_durable", recording)
+    owner.execute("SET synchronous_commit = off")
+    owner.execute(
+        "SELECT cassette_post('run', 'USER', NULL, '{}', ARRAY['i'], ARRAY[1], ARRAY['{}'])"
+    )
+    from catalytic_cassette import verify_path
+    from catalytic_cassette.follow import follow_reader
+    from catalytic_cassette.postgresql.anchors import journal_reader
+
+    with MessageCassette(pg_ledger) as cassette, cassette.read_snapshot():
+        pass
+    assert len(waits) == 1
+    with psycopg.connect(pg_ledger, autocommit=True) as reader:
+        entries = list(follow_reader(journal_reader(reader), keep_following=False))
+    assert entries and len(waits) == 2
+    assert verify_path(pg_ledger).ok
+    assert len(waits) == 3
