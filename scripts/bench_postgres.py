@@ -15,6 +15,8 @@ Workloads (``--workloads``):
          beforehand. Contenders (``--loops``):
            ours-separate  MessageCassette.claim_step then complete_step (two transactions)
            ours-fused     complete_and_claim (one transaction per step)
+           ours-*-sync    the same two with every commit synchronous, under the head
+                          (commits_early off: the design before committing early)
            raw-separate   the same claim and complete in plain SQL on the package's tables
                           with every trigger dropped (no law, no journal): FOR UPDATE
                           SKIP LOCKED, then INSERT receipt + UPDATE step
@@ -59,7 +61,7 @@ import traceback
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,6 +72,7 @@ from bench import cpu_model, filesystem, git_state, percentile, rate_line
 from psycopg import sql
 
 from catalytic_cassette import CassetteError, ErrorCode, MessageCassette, payloads
+from catalytic_cassette.postgresql import connection as pg_connection
 
 RUN = "bench"
 SOURCE = "USER"
@@ -83,7 +86,15 @@ PAYLOAD: dict[str, Any] = {
     "note": "summarise the page in three sentences and keep every link",
 }
 RECEIPT: dict[str, Any] = {"ok": True}
-LOOPS = ("ours-separate", "ours-fused", "raw-separate", "raw-fused", "procrastinate")
+LOOPS = (
+    "ours-separate",
+    "ours-fused",
+    "ours-separate-sync",
+    "ours-fused-sync",
+    "raw-separate",
+    "raw-fused",
+    "procrastinate",
+)
 WORKLOADS = ("cycle", "post", "hold", "append", "verify")
 TASK = "noop"
 
@@ -411,9 +422,11 @@ def worker_main(kind: str, url: str, worker: str, go: Any, results: Any) -> None
     try:
         if kind.startswith("ours"):
             with MessageCassette(url) as cassette:
+                if kind.endswith("-sync"):
+                    cast(Any, cassette).commits_early = False
                 results.put(("ready", worker, None))
                 go.wait(timeout=300)
-                loop = loop_ours_fused if kind == "ours-fused" else loop_ours_separate
+                loop = loop_ours_fused if kind.startswith("ours-fused") else loop_ours_separate
                 results.put(("done", worker, loop(cassette, worker)))
         elif kind.startswith("raw"):
             with psycopg.connect(url, autocommit=True) as conn:
@@ -584,6 +597,8 @@ def workload_cycle(server: Server, args: argparse.Namespace, report: dict[str, A
                 if kind != "procrastinate":
                     row[f"{kind}/procrastinate"] = row[kind] / row["procrastinate"]
         for kind in ("ours-separate", "ours-fused"):
+            if kind in rates and f"{kind}-sync" in rates:
+                row[f"{kind}/{kind}-sync"] = row[kind] / row[f"{kind}-sync"]
             if kind in rates and "raw-fused" in rates:
                 row[f"{kind}/raw-fused"] = row[kind] / row["raw-fused"]
             if kind in rates and "raw-separate" in rates:
@@ -962,25 +977,56 @@ def timed_cycles(url: str, cycles: int) -> dict[str, list[float]]:
             times["commit of a one-row insert, no trigger"].append(
                 (time.perf_counter() - started) * 1e3
             )
+    # A write that commits early (durability full) holds the head until its COMMIT, then
+    # flushes outside it: the flush's share of each call is timed apart.
+    flushed: list[float] = []
+    real_flush = pg_connection.flush
+
+    def timed_flush(conn: psycopg.Connection[Any]) -> None:
+        started = time.perf_counter()
+        real_flush(conn)
+        flushed.append((time.perf_counter() - started) * 1e3)
+
+    pg_connection.flush = timed_flush
+    try:
+        _timed_worker_calls(url, cycles, times, flushed)
+    finally:
+        pg_connection.flush = real_flush
+    return times
+
+
+def _timed_worker_calls(
+    url: str, cycles: int, times: dict[str, list[float]], flushed: list[float]
+) -> None:
+    for label in ("complete_and_claim", "claim_step", "complete_step"):
+        times[f"{label}: under the head"] = []
     with MessageCassette(url) as cassette:
         lease: dict[str, Any] | None = cassette.claim_step(RUN, "w", ttl_seconds=TTL_SECONDS)
         for n in range(cycles):
             assert lease is not None
             step, token = lease["step_id"], lease["fencing_token"]
             t0 = time.perf_counter()
+            flushed.clear()
             if n % 2:
                 lease = cassette.complete_and_claim(
                     RUN, step, "w", token, RECEIPT, "SUCCESS", ttl_seconds=TTL_SECONDS
                 )["next"]
-                times["complete_and_claim"].append((time.perf_counter() - t0) * 1e3)
+                record(times, "complete_and_claim", (time.perf_counter() - t0) * 1e3, flushed)
             else:
                 cassette.complete_step(RUN, step, "w", token, RECEIPT, "SUCCESS")
                 t1 = time.perf_counter()
+                record(times, "complete_step", (t1 - t0) * 1e3, flushed)
+                flushed.clear()
                 lease = cassette.claim_step(RUN, "w", ttl_seconds=TTL_SECONDS)
                 t2 = time.perf_counter()
-                times["complete_step"].append((t1 - t0) * 1e3)
-                times["claim_step"].append((t2 - t1) * 1e3)
-    return times
+                record(times, "claim_step", (t2 - t1) * 1e3, flushed)
+
+
+def record(times: dict[str, list[float]], label: str, ms: float, flushed: list[float]) -> None:
+    """A call's time, and the part of it before its flush (an upper bound of how long it
+    held the head: from its first write to its COMMIT, plus a round trip)."""
+    times[label].append(ms)
+    times[f"{label}: under the head"].append(ms - sum(flushed))
 
 
 def workload_hold(server: Server, args: argparse.Namespace, report: dict[str, Any]) -> None:
@@ -999,13 +1045,13 @@ def workload_hold(server: Server, args: argparse.Namespace, report: dict[str, An
             f"{label:40s} p50 {statistics.median(values):6.2f}  p90 {percentile(values, 90):6.2f}"
             f"  p99 {percentile(values, 99):6.2f}"
         )
-    fused = statistics.median(times["complete_and_claim"])
+    fused = statistics.median(times["complete_and_claim: under the head"])
     out(
         "the head row is locked from a transaction's first write to the end of its COMMIT"
-        " (the WAL flush included), so each call above bounds its hold from above (it adds"
-        f" one round trip and the client's own work): at ~{fused:.2f} ms per complete_and_claim"
-        f" the chain admits about {1000 / fused:,.0f} steps/s at most, whatever the number of"
-        " workers"
+        " (with a synchronous commit, the WAL flush included; committing early, not), so"
+        " 'under the head' bounds a call's hold from above (it adds one round trip and the"
+        f" client's own work): at ~{fused:.2f} ms per complete_and_claim the chain admits"
+        f" about {1000 / fused:,.0f} steps/s at most, whatever the number of workers"
     )
     report["hold"] = {k: statistics.median(v) for k, v in times.items()}
 
