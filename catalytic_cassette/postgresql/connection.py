@@ -343,15 +343,17 @@ def flush(conn: psycopg.Connection[Any]) -> None:
         raise translate(exc) from exc
 
 
-def wal_inserted(conn: psycopg.Connection[Any]) -> str:
+def wal_inserted(conn: psycopg.Connection[Any]) -> str | None:
+    """How far the server's WAL is inserted (None on a standby: nothing to wait for)."""
     row = conn.execute(sqlfiles.query("wal_inserted")).fetchone()
-    assert row is not None
-    return str(row[0])
+    return None if row is None or row[0] is None else str(row[0])
 
 
-def wait_durable(conn: psycopg.Connection[Any], lsn: str) -> None:
+def wait_durable(conn: psycopg.Connection[Any], lsn: str | None) -> None:
     """Return once the WAL is flushed up to ``lsn`` (read after a snapshot began, so past
     everything it sees). Polled, since a reader may not write: no fsync of its own."""
+    if lsn is None:
+        return
     deadline = time.monotonic() + _FLUSH_WAIT_SECONDS
     for look in itertools.count():
         row = conn.execute(sqlfiles.query("wal_flushed_past"), {"lsn": lsn}).fetchone()

@@ -431,8 +431,9 @@ SELECT has_function_privilege('pg_catalog.pg_logical_emit_message(boolean, text,
 
 -- name: wal_inserted
 -- How far the WAL is inserted now: read after a snapshot was taken, it is past the
--- commit record of every transaction the snapshot sees.
-SELECT pg_current_wal_insert_lsn()::text;
+-- commit record of every transaction the snapshot sees. NULL on a standby, which shows
+-- only WAL it has already flushed (and has no insert position).
+SELECT CASE WHEN NOT pg_is_in_recovery() THEN pg_current_wal_insert_lsn()::text END;
 
 -- name: wal_flushed_past
 SELECT pg_current_wal_flush_lsn() >= %(lsn)s::pg_lsn;
