@@ -149,11 +149,13 @@ def start(directory: Path | str, *, durable: bool, bin_dir: Path | None = None) 
     return Cluster(directory=directory, bin_dir=bin_dir, port=PORT, url=url_for(directory))
 
 
-def stop(directory: Path | str, *, bin_dir: Path | None = None) -> None:
-    """Stop the cluster in ``directory`` (fast shutdown: sessions are disconnected)."""
+def stop(directory: Path | str, *, bin_dir: Path | None = None, mode: str = "fast") -> None:
+    """Stop the cluster in ``directory``: ``fast`` disconnects sessions and shuts down
+    cleanly; ``immediate`` is a crash (every server process quits at once, nothing in
+    shared memory is written: the next start recovers from the WAL), for tests."""
     directory = Path(directory).resolve()
     bin_dir = bin_dir or find_bin_dir()
-    argv = [str(bin_dir / "pg_ctl"), "stop", "-w", "-t", "60", "-m", "fast"]
+    argv = [str(bin_dir / "pg_ctl"), "stop", "-w", "-t", "60", "-m", mode]
     _run([*argv, "-D", str(directory / DATA)], directory)
 
 

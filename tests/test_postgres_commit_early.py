@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from catalytic_cassette import CausalChain, ErrorCode, MessageCassette
+from catalytic_cassette import CausalChain, ErrorCode, MessageCassette, verify_path
 from catalytic_cassette.errors import CassetteError
 from catalytic_cassette.postgresql import connection
 
@@ -232,7 +232,6 @@ def test_evidence_reads_wait_for_an_asynchronous_commit_to_be_flushed(
     owner.execute(
         "SELECT cassette_post('run', 'USER', NULL, '{}', ARRAY['i'], ARRAY[1], ARRAY['{}'])"
     )
-    from catalytic_cassette import verify_path
     from catalytic_cassette.follow import follow_reader
     from catalytic_cassette.postgresql.anchors import journal_reader
 
@@ -244,3 +243,38 @@ def test_evidence_reads_wait_for_an_asynchronous_commit_to_be_flushed(
     assert entries and len(waits) == 2
     assert verify_path(pg_ledger).ok
     assert len(waits) == 3
+
+
+def test_a_write_that_returned_survives_the_servers_crash() -> None:
+    """An immediate stop (every server process quits; WAL still in shared memory is gone)
+    right after a write returned: after recovery, every write that returned is there. A
+    commit left asynchronous without its flush is lost this way whenever the WAL writer
+    has not come round yet. Its own cluster, since it is crashed."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from . import postgres
+
+    if os.environ.get(postgres.SERVER_VARIABLE):
+        pytest.skip("the server is given by a URL: this test crashes a cluster of its own")
+    pg_cluster = postgres._pg_cluster()
+    directory = Path(tempfile.mkdtemp(prefix="cassette-pg-crash-"))
+    try:
+        cluster = pg_cluster.start(directory, durable=False)
+        url = postgres.with_database(cluster.url, "postgres")
+        returned = 0
+        for _ in range(3):
+            with MessageCassette(url) as cassette:
+                for n in range(30):
+                    cassette.post_message({"n": n}, "run", "USER")
+                    returned += 1
+                pg_cluster.stop(directory, mode="immediate")
+            pg_cluster.start(directory, durable=False)
+            with MessageCassette(url) as cassette:
+                assert cassette.status("run")["messages"] == returned
+        assert verify_path(url).ok
+        pg_cluster.stop(directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
