@@ -9,8 +9,9 @@ SHOW server_encoding;
 
 -- name: session_settings
 -- For the session (is_local false): the durability's synchronous_commit, the busy
--- timeout as lock_timeout, and a search_path that resolves the package's unqualified
--- names in the ledger's schema, never in one a caller put first.
+-- timeout as lock_timeout, and the search_path the package's unqualified names are
+-- resolved in: the ledger's schema, pg_temp last (a temporary table named like a
+-- ledger's table does not shadow it).
 SELECT set_config('synchronous_commit', %(synchronous_commit)s, false),
        set_config('lock_timeout', %(lock_timeout)s, false),
        set_config('search_path', 'public, pg_temp', false);

@@ -1,6 +1,19 @@
--- Every statement the package sends to a PostgreSQL ledger, by name (queries.py loads
--- them). Parameters are psycopg's %(name)s. The rules are the server's: these only call
--- the worker's functions (0002_roles.sql) or read.
+-- The statements the package sends to a PostgreSQL ledger, by name. postgresql/sqlfiles.py
+-- loads every .sql file of this folder (names are unique across them): this one, opening.sql
+-- (what opening a ledger sends: the server's check, the session's settings, the migrations'
+-- bookkeeping) and verify.sql (verify's reads). Besides these the package sends only the
+-- migrations (migrations/, each file whole) and what psycopg itself sends to run them:
+-- BEGIN (verify's with its REPEATABLE READ READ ONLY), COMMIT, ROLLBACK and savepoints around
+-- a transaction; DECLARE, FETCH and CLOSE around a query read through a server-side cursor.
+-- No SQL is written in Python: tests/named_sql.py scans the modules that talk to psycopg and
+-- records what the package sends during every PostgreSQL test.
+--
+-- Parameters are psycopg's %(name)s. A {name} is spliced in by the caller, never from a
+-- caller's input: from a fixed list of the package, or (copy_insert) from the destination's
+-- own catalog; each such query says which. The rules are the server's: the roles are
+-- granted SELECT and EXECUTE only, so they write through the ledger's functions; the
+-- owner's other writes (opening.sql's bookkeeping, a seal, a copy's rows and its dating of
+-- the head) meet the tables' triggers.
 
 -- name: post
 SELECT message_id, job_id, existing
