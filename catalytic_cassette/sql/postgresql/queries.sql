@@ -3,10 +3,11 @@
 -- (what opening a ledger sends: the server's check, the session's settings, the migrations'
 -- bookkeeping) and verify.sql (verify's reads). Besides these the package sends only the
 -- migrations (migrations/, each file whole) and what psycopg itself sends to run them:
--- BEGIN (verify's with its REPEATABLE READ READ ONLY), COMMIT, ROLLBACK and savepoints around
--- a transaction; DECLARE, FETCH and CLOSE around a query read through a server-side cursor.
--- No SQL is written in Python: tests/named_sql.py scans the modules that talk to psycopg and
--- records what the package sends during every PostgreSQL test.
+-- BEGIN (verify's with its REPEATABLE READ READ ONLY), COMMIT and ROLLBACK around a
+-- transaction (a savepoint, were one nested); DECLARE, FETCH and CLOSE around a query read
+-- through a server-side cursor; DEALLOCATE of the statements it prepared on its own (one
+-- run often). No SQL is written in Python: tests/named_sql.py scans the modules that talk
+-- to psycopg and records what the package sends during every PostgreSQL test.
 --
 -- Parameters are psycopg's %(name)s. A {name} is spliced in by the caller, never from a
 -- caller's input: from a fixed list of the package, or (copy_insert) from the destination's
