@@ -31,8 +31,9 @@ _SQL_START = re.compile(
     r"|TABLE|DECLARE|FETCH|MOVE|CLOSE|PREPARE|EXECUTE|DEALLOCATE|LISTEN|NOTIFY|UNLISTEN"
     r"|ANALYZE|VACUUM|EXPLAIN|CALL|DO|DISCARD|COMMENT|SECURITY|REFRESH|PRAGMA)\s+\S"
 )
-# Calls whose argument at this position is the statement sent.
-_SENDERS = {"execute": 0, "executemany": 0, "statement": 1, "batch": 1}
+# Calls whose argument at this position is the statement sent (psycopg's, and the
+# backend's connection.statement and connection.batch).
+_SENDERS = {"execute": 0, "executemany": 0, "copy": 0, "statement": 1, "batch": 1}
 
 # SQL the PostgreSQL modules write for a sqlite3 connection, by module and function:
 # how many statements each holds. verify copies what it read into a private SQLite
