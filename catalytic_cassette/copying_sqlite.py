@@ -132,10 +132,7 @@ def _statement(
 ) -> tuple[str, list[Any]]:
     """The INSERT (every column, as journaled) or the step UPDATE a body describes. Names
     come from the destination's own schema, never from the body, which must match it."""
-    if columns is None or list(row) != columns:
-        raise CassetteError(
-            ErrorCode.JOURNAL_BROKEN, f"a journal body does not hold the columns of {table}"
-        )
+    columns = require_columns(table, row, columns)
     if op == "INSERT":
         names = ", ".join(columns)
         marks = ", ".join("?" for _ in columns)
@@ -151,3 +148,13 @@ def _statement(
             row["step_id"],
         ],
     )
+
+
+def require_columns(table: str, row: dict[str, Any], columns: list[str] | None) -> list[str]:
+    """The destination's columns of ``table`` (its own schema's), which a journal body's
+    row must hold, in order (JOURNAL_BROKEN otherwise)."""
+    if columns is None or list(row) != columns:
+        raise CassetteError(
+            ErrorCode.JOURNAL_BROKEN, f"a journal body does not hold the columns of {table}"
+        )
+    return columns

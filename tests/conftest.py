@@ -273,3 +273,18 @@ def pg_ledger(pg_server: str, pg_template: str) -> Iterator[str]:
     url = postgres.clone_database(pg_server, pg_template)
     yield url
     postgres.drop_database(pg_server, url)
+
+
+@pytest.fixture(autouse=True)
+def _statements_are_named(request: pytest.FixtureRequest) -> Iterator[None]:
+    """On PostgreSQL, every statement the package sends during a test is a named query
+    or a migration (issue 15, item 8; tests/named_sql.py)."""
+    if request.node.get_closest_marker("postgresql") is None:
+        yield
+        return
+    from .named_sql import recording, unnamed
+
+    with recording() as sent:
+        yield
+    stray = sorted(set(unnamed(sent)))
+    assert not stray, f"the package sent SQL named nowhere in sql/postgresql: {stray}"

@@ -29,7 +29,7 @@ _BATCH = 4096
 
 def ledger_id(conn: psycopg.Connection[Any]) -> str:
     """What the ledger calls itself (cassette_meta), as ``worker_keys.ledger_id`` on SQLite."""
-    row = conn.execute("SELECT value FROM cassette_meta WHERE key = 'ledger_id'").fetchone()
+    row = conn.execute(query("ledger_id")).fetchone()
     if row is None:
         raise CassetteError(ErrorCode.NOT_A_CASSETTE, "the ledger has no ledger_id")
     return str(row[0])
@@ -40,7 +40,7 @@ def ledger_origin(conn: psycopg.Connection[Any]) -> str:
 
 
 def journal_size(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("SELECT cassette_journal_size()").fetchone()
+    row = conn.execute(query("journal_size")).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -51,11 +51,7 @@ def rebuilt_tree(conn: psycopg.Connection[Any], size: int) -> merkle.MemoryTree:
     previous = ZERO_HASH
     with conn.cursor(name="cassette_tree") as cursor:
         cursor.itersize = _BATCH
-        cursor.execute(
-            "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal"
-            " WHERE seq < %s ORDER BY seq",
-            (size,),
-        )
+        cursor.execute(query("journal_before"), {"size": size})
         for seq, body, stored_leaf, stored_chain in cursor:
             leaf = leaf_hash(str(body).encode("utf-8"))
             previous = chain_hash(seq, previous, leaf)
@@ -101,9 +97,14 @@ def record_seal(
     key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
     with connection.transaction(conn):
         row = conn.execute(
-            "INSERT INTO cassette_seals (tree_size, root_hex, origin, key_id, note)"
-            " VALUES (%s, %s, %s, %s, %s) RETURNING seal_id, created_at",
-            (size, root.hex(), chosen, key_id, note.decode("utf-8")),
+            query("insert_seal"),
+            {
+                "tree_size": size,
+                "root_hex": root.hex(),
+                "origin": chosen,
+                "key_id": key_id,
+                "note": note.decode("utf-8"),
+            },
         ).fetchone()
         assert row is not None
         sealed = Seal(int(row[0]), size, root, chosen, key_id, note, int(row[1]))
@@ -142,24 +143,15 @@ class PgProofSource:
         return connection.snapshot(self.conn)
 
     def covering_seal(self, seq: int) -> bytes | None:
-        row = self.conn.execute(
-            "SELECT note FROM cassette_seals WHERE tree_size > %s ORDER BY seal_id DESC LIMIT 1",
-            (seq,),
-        ).fetchone()
+        row = self.conn.execute(query("covering_seal"), {"seq": seq}).fetchone()
         return None if row is None else str(row[0]).encode("utf-8")
 
     def entry_body(self, seq: int) -> bytes | None:
-        row = self.conn.execute(
-            "SELECT body FROM cassette_journal WHERE seq = %s", (seq,)
-        ).fetchone()
+        row = self.conn.execute(query("entry_body"), {"seq": seq}).fetchone()
         return None if row is None else str(row[0]).encode("utf-8")
 
     def receipt_seq(self, receipt_id: int) -> int | None:
-        row = self.conn.execute(
-            "SELECT min(seq) FROM cassette_journal WHERE tbl = 'cassette_receipts'"
-            " AND row_key = %s",
-            (str(receipt_id),),
-        ).fetchone()
+        row = self.conn.execute(query("receipt_seq"), {"receipt_id": str(receipt_id)}).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
     def newest_seal(self) -> bytes | None:
@@ -185,9 +177,7 @@ def journal_reader(conn: psycopg.Connection[Any]) -> Callable[[int, int], list[A
     def read_after(since_seq: int, limit: int) -> list[Any]:
         try:
             rows = conn.execute(
-                "SELECT seq, body, chain_hash FROM cassette_journal WHERE seq > %s"
-                " ORDER BY seq LIMIT %s",
-                (since_seq, limit),
+                query("journal_after"), {"since_seq": since_seq, "limit": limit}
             ).fetchall()
             seen = connection.wal_inserted(conn) if rows else None
         except Exception as exc:

@@ -104,14 +104,15 @@ def open_ledger(
     try:
         _check_server(conn)
         conn.execute(
-            "SELECT set_config('synchronous_commit', %s, false),"
-            " set_config('lock_timeout', %s, false),"
-            " set_config('search_path', 'public, pg_temp', false)",
-            (_SYNCHRONOUS_COMMIT[durability], f"{int(busy_timeout_ms)}ms"),
+            sqlfiles.query("session_settings"),
+            {
+                "synchronous_commit": _SYNCHRONOUS_COMMIT[durability],
+                "lock_timeout": f"{int(busy_timeout_ms)}ms",
+            },
         )
         if read_only:
             _require_current(conn)
-            conn.execute("SET default_transaction_read_only = on")
+            conn.execute(sqlfiles.query("read_only_session"))
         else:
             created = applied_version(conn) is None
             migrate(conn)
@@ -129,7 +130,7 @@ def _check_server(conn: psycopg.Connection[Any]) -> None:
         raise CassetteError(
             ErrorCode.CANNOT_OPEN, "a PostgreSQL ledger needs PostgreSQL 15 or later"
         )
-    encoding = conn.execute("SHOW server_encoding").fetchone()
+    encoding = conn.execute(sqlfiles.query("server_encoding")).fetchone()
     if encoding is None or encoding[0] != "UTF8":
         # the journal hashes the UTF-8 bytes of each body: another encoding cannot hold them
         raise CassetteError(ErrorCode.NOT_A_CASSETTE, "a PostgreSQL ledger's database is UTF8")
@@ -137,10 +138,10 @@ def _check_server(conn: psycopg.Connection[Any]) -> None:
 
 def applied_version(conn: psycopg.Connection[Any]) -> int | None:
     """The schema version of the ledger, or None when the database holds no ledger."""
-    exists = conn.execute("SELECT to_regclass('public.cassette_migrations') IS NOT NULL").fetchone()
+    exists = conn.execute(sqlfiles.query("has_migrations_table")).fetchone()
     if not exists or not exists[0]:
         return None
-    row = conn.execute("SELECT coalesce(max(version), 0) FROM cassette_migrations").fetchone()
+    row = conn.execute(sqlfiles.query("applied_version")).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -179,22 +180,16 @@ def migrate(conn: psycopg.Connection[Any]) -> int:
         return latest
     for migration in sqlfiles.migrations():
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute(sqlfiles.query("migration_lock"), {"key": _MIGRATION_LOCK})
             version = applied_version(conn)
             if version is None:
-                others = conn.execute(
-                    "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                    " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v')"
-                ).fetchone()
+                others = conn.execute(sqlfiles.query("tables_in_public")).fetchone()
                 if others and others[0]:
                     raise CassetteError(
                         ErrorCode.NOT_A_CASSETTE, "the database holds tables but no ledger"
                     )
-                conn.execute(
-                    "CREATE TABLE cassette_migrations (version integer PRIMARY KEY,"
-                    " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-                )
-                conn.execute("REVOKE ALL ON cassette_migrations FROM PUBLIC")
+                conn.execute(sqlfiles.query("create_migrations_table"))
+                conn.execute(sqlfiles.query("revoke_migrations_table"))
                 version = 0
             if version > latest:
                 raise CassetteError(
@@ -210,8 +205,8 @@ def migrate(conn: psycopg.Connection[Any]) -> int:
                     f"migration {migration.version} ({migration.name}) failed: {exc}",
                 ) from exc
             conn.execute(
-                "INSERT INTO cassette_migrations (version, name) VALUES (%s, %s)",
-                (migration.version, migration.name),
+                sqlfiles.query("record_migration"),
+                {"version": migration.version, "name": migration.name},
             )
     return latest
 
@@ -284,7 +279,7 @@ def snapshot(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]
         yield conn
         return
     with transaction(conn):
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        conn.execute(sqlfiles.query("read_only_snapshot"))
         wait_durable(conn, wal_inserted(conn))  # (the first query: takes the snapshot)
         yield conn
 

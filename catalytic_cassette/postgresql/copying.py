@@ -8,14 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..connection import DEFAULT_BUSY_TIMEOUT_MS, resolve_durability
 from ..copying import Entry
-from ..copying_sqlite import _statement
+from ..copying_sqlite import require_columns
 from ..errors import CassetteError, ErrorCode
 from . import connection
 from .anchors import journal_size, ledger_id
+from .sqlfiles import query
+
+if TYPE_CHECKING:
+    from psycopg import sql
 
 _BATCH = 4096
 
@@ -25,12 +29,12 @@ class PgSource:
         self.conn = connection.connect_reader(url)
         self._snapshot = self.conn.transaction()
         self._snapshot.__enter__()
-        self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self.conn.execute(query("read_only_snapshot"))
         # (the first query takes the snapshot: all a copy carries is durable)
         connection.wait_durable(self.conn, connection.wal_inserted(self.conn))
 
     def tables(self) -> set[str]:
-        return {row[0] for row in self.conn.execute("SELECT DISTINCT tbl FROM cassette_journal")}
+        return {row[0] for row in self.conn.execute(query("journal_tables"))}
 
     def ledger_id(self) -> str:
         return ledger_id(self.conn)
@@ -38,11 +42,7 @@ class PgSource:
     def entries(self, start: int) -> Iterator[Entry]:
         with self.conn.cursor(name="cassette_copy") as cursor:
             cursor.itersize = _BATCH
-            cursor.execute(
-                "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal"
-                " WHERE seq >= %s ORDER BY seq",
-                (start,),
-            )
+            cursor.execute(query("journal_from"), {"start": start})
             for seq, body, leaf, chain in cursor:
                 yield Entry(seq, body, bytes(leaf), bytes(chain))
 
@@ -60,21 +60,10 @@ class PgDestination:
             durability=resolve_durability(durability),
             busy_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS,
         )
-        journaled = self.conn.execute(
-            "SELECT DISTINCT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
-            " WHERE NOT t.tgisinternal AND t.tgname LIKE '%%journal'"
-            " AND c.relname LIKE 'cassette%%'"
-        ).fetchall()
+        journaled = self.conn.execute(query("journaled_tables")).fetchall()
         self.tables = frozenset(row[0] for row in journaled)
         self.columns = {
-            table: [
-                row[0]
-                for row in self.conn.execute(
-                    "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass"
-                    " AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-                    (table,),
-                )
-            ]
+            table: [row[0] for row in self.conn.execute(query("table_columns"), {"table": table})]
             for table in self.tables
         }
 
@@ -91,43 +80,50 @@ class PgDestination:
                 " into an empty ledger, or into an earlier copy of the same ledger",
             )
         # an empty ledger takes its identity from its first entry's source (0001's rule)
-        self.conn.execute("UPDATE cassette_meta SET value = %s WHERE key = 'ledger_id'", (wanted,))
+        self.conn.execute(query("adopt_ledger_id"), {"ledger_id": wanted})
 
     def size(self) -> int:
         return journal_size(self.conn)
 
     def chain_at(self, seq: int) -> bytes:
-        row = self.conn.execute(
-            "SELECT chain_hash FROM cassette_journal WHERE seq = %s", (seq,)
-        ).fetchone()
+        row = self.conn.execute(query("chain_hash_at"), {"seq": seq}).fetchone()
         return bytes(row[0]) if row else b""
 
     def ledger_time(self) -> int:
-        row = self.conn.execute("SELECT time_ms FROM cassette_head").fetchone()
+        row = self.conn.execute(query("head_time")).fetchone()
         return int(row[0]) if row else 0
 
     def lease_expiry(self, step_id: int) -> int | None:
-        row = self.conn.execute(
-            "SELECT lease_expires_at FROM cassette_steps WHERE step_id = %s", (step_id,)
-        ).fetchone()
+        row = self.conn.execute(query("lease_expiry"), {"step_id": step_id}).fetchone()
         return None if row is None else row[0]
 
     def write(self, at_ms: int, op: str, table: str, row: dict[str, Any]) -> list[Entry]:
         size = self.size()
         # this transaction's time is at_ms: cassette_tx_ms() keeps a time its transaction set
-        self.conn.execute(
-            "UPDATE cassette_head SET time_ms = %s, tx = pg_current_xact_id()", (at_ms,)
-        )
-        sql, params = _statement(op, table, row, self.columns.get(table))
-        self.conn.execute(sql.replace("?", "%s"), params)
+        self.conn.execute(query("date_transaction"), {"at_ms": at_ms})
+        self.conn.execute(_statement(op, table, row, self.columns.get(table)), row)
         return [
             Entry(seq, body, bytes(leaf), bytes(chain))
-            for seq, body, leaf, chain in self.conn.execute(
-                "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal"
-                " WHERE seq >= %s ORDER BY seq",
-                (size,),
-            )
+            for seq, body, leaf, chain in self.conn.execute(query("journal_from"), {"start": size})
         ]
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _statement(
+    op: str, table: str, row: dict[str, Any], columns: list[str] | None
+) -> str | sql.Composed:
+    """The INSERT (every column, as journaled) or the step UPDATE a body describes, its
+    parameters the row's own names. Names come from the destination's own schema, never
+    from the body, which must match it (as ``copying_sqlite``'s)."""
+    from psycopg import sql
+
+    columns = require_columns(table, row, columns)
+    if op != "INSERT":  # (copying lets through no other write than a step's UPDATE)
+        return query("copy_step_update")
+    return sql.SQL(query("copy_insert")).format(
+        table=sql.Identifier(table),
+        columns=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        values=sql.SQL(", ").join(sql.Placeholder(c) for c in columns),
+    )

@@ -2,8 +2,8 @@
 
 Both live inside the package (``catalytic_cassette/sql/postgresql``), loaded once per
 process. A query is a block of ``queries.sql`` (or of another ``.sql`` file of that
-folder, such as ``verify.sql``) headed by ``-- name: NAME``; names are unique across
-the files.
+folder: ``verify.sql``, ``opening.sql``) headed by ``-- name: NAME``, up to its last
+line that is not a comment; names are unique across the files.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 _FOLDER = Path(__file__).resolve().parent.parent / "sql" / "postgresql"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _QUERY_HEAD = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+# Comment lines after a query's statement introduce what follows (a section, the next
+# query): they are not sent with it.
+_TRAILING_COMMENTS = re.compile(r"(?:\n[ \t]*(?:--[^\n]*)?)+\s*\Z")
 
 
 @cache
@@ -47,7 +50,7 @@ def queries() -> dict[str, str]:
         heads = list(_QUERY_HEAD.finditer(text))
         for index, head in enumerate(heads):
             end = heads[index + 1].start() if index + 1 < len(heads) else len(text)
-            body = text[head.end() : end].strip()
+            body = _TRAILING_COMMENTS.sub("", text[head.end() : end]).strip()
             if head.group(1) in named or not body:
                 raise RuntimeError(f"{path.name}: query {head.group(1)!r} is empty or named twice")
             named[head.group(1)] = body

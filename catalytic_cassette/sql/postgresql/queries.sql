@@ -1,6 +1,20 @@
--- Every statement the package sends to a PostgreSQL ledger, by name (queries.py loads
--- them). Parameters are psycopg's %(name)s. The rules are the server's: these only call
--- the worker's functions (0002_roles.sql) or read.
+-- The statements the package sends to a PostgreSQL ledger, by name. postgresql/sqlfiles.py
+-- loads every .sql file of this folder (names are unique across them): this one, opening.sql
+-- (what opening a ledger sends: the server's check, the session's settings, the migrations'
+-- bookkeeping) and verify.sql (verify's reads). Besides these the package sends only the
+-- migrations (migrations/, each file whole) and what psycopg itself sends to run them:
+-- BEGIN (verify's with its REPEATABLE READ READ ONLY), COMMIT and ROLLBACK around a
+-- transaction (a savepoint, were one nested); DECLARE, FETCH and CLOSE around a query read
+-- through a server-side cursor; DEALLOCATE of the statements it prepared on its own (one
+-- run often). No SQL is written in Python: tests/named_sql.py scans the modules that talk
+-- to psycopg and records what the package sends during every PostgreSQL test.
+--
+-- Parameters are psycopg's %(name)s. A {name} is spliced in by the caller, never from a
+-- caller's input: from a fixed list of the package, or (copy_insert) from the destination's
+-- own catalog; each such query says which. The rules are the server's: the roles are
+-- granted SELECT and EXECUTE only, so they write through the ledger's functions; the
+-- owner's other writes (opening.sql's bookkeeping, a seal, a copy's rows and its dating of
+-- the head) meet the tables' triggers.
 
 -- name: post
 SELECT message_id, job_id, existing
@@ -88,11 +102,93 @@ SELECT has_table_privilege('cassette_seals', 'INSERT');
 SELECT seal_id, tree_size, root_hex, origin, key_id, note, created_at
   FROM cassette_seals ORDER BY seal_id DESC LIMIT 1;
 
+-- name: read_only_snapshot
+-- The first statement of a transaction of several reads (connection.snapshot, a seal's
+-- tree, a copy's source): one snapshot for all of them, which writes nothing.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY;
+
+-- ------------------------------------------------- the journal, seals and proofs
+-- What anchors.py reads and writes: the tree is rebuilt from the journal's rows.
+
+-- name: ledger_id
+SELECT value FROM cassette_meta WHERE key = 'ledger_id';
+
+-- name: journal_size
+-- Counted in the journal: inside a writing transaction the head lags until commit (0009).
+SELECT cassette_journal_size();
+
+-- name: journal_before
+SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal WHERE seq < %(size)s ORDER BY seq;
+
 -- name: journal_from
 SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal WHERE seq >= %(start)s ORDER BY seq;
 
--- name: advance_clock
-SELECT cassette_advance_clock(%(ms)s);
+-- name: journal_after
+-- A follower's poll (follow.JournalReader): one autocommit statement, no snapshot held.
+SELECT seq, body, chain_hash FROM cassette_journal WHERE seq > %(since_seq)s
+ ORDER BY seq LIMIT %(limit)s;
+
+-- name: entry_body
+SELECT body FROM cassette_journal WHERE seq = %(seq)s;
+
+-- name: receipt_seq
+SELECT min(seq) FROM cassette_journal
+ WHERE tbl = 'cassette_receipts' AND row_key = %(receipt_id)s;
+
+-- name: covering_seal
+SELECT note FROM cassette_seals WHERE tree_size > %(seq)s ORDER BY seal_id DESC LIMIT 1;
+
+-- name: insert_seal
+-- The owner's (INSERT on cassette_seals); cassette_seals_insert() checks the root again.
+INSERT INTO cassette_seals (tree_size, root_hex, origin, key_id, note)
+VALUES (%(tree_size)s, %(root_hex)s, %(origin)s, %(key_id)s, %(note)s)
+RETURNING seal_id, created_at;
+
+-- ------------------------------------------------------------------- copying
+-- copying.py: a source read in one snapshot (read_only_snapshot, journal_from); a
+-- destination written by its owner, each write dated by the copy.
+
+-- name: journal_tables
+SELECT DISTINCT tbl FROM cassette_journal;
+
+-- name: journaled_tables
+-- The tables the destination's own triggers journal. (Sent without parameters, so
+-- psycopg reads no placeholder here: each percent sign is LIKE's.)
+SELECT DISTINCT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+ WHERE NOT t.tgisinternal AND t.tgname LIKE '%journal' AND c.relname LIKE 'cassette%';
+
+-- name: table_columns
+SELECT attname FROM pg_attribute
+ WHERE attrelid = %(table)s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum;
+
+-- name: adopt_ledger_id
+-- An empty ledger takes its identity from its first entry's source (0001's rule).
+UPDATE cassette_meta SET value = %(ledger_id)s WHERE key = 'ledger_id';
+
+-- name: chain_hash_at
+SELECT chain_hash FROM cassette_journal WHERE seq = %(seq)s;
+
+-- name: head_time
+SELECT time_ms FROM cassette_head;
+
+-- name: lease_expiry
+SELECT lease_expires_at FROM cassette_steps WHERE step_id = %(step_id)s;
+
+-- name: date_transaction
+-- The owner's say over the head: the copy dates this transaction (cassette_tx_ms() keeps
+-- a time its own transaction set; time_ms only moves forward).
+UPDATE cassette_head SET time_ms = %(at_ms)s, tx = pg_current_xact_id();
+
+-- name: copy_insert
+-- ({table}, {columns} and {values} are composed by copying.py with psycopg.sql from the
+-- destination's own catalog (journaled_tables, table_columns), never from a body.)
+INSERT INTO {table} ({columns}) VALUES ({values});
+
+-- name: copy_step_update
+UPDATE cassette_steps
+   SET status = %(status)s, lease_owner = %(lease_owner)s,
+       lease_expires_at = %(lease_expires_at)s, fencing_token = %(fencing_token)s
+ WHERE step_id = %(step_id)s;
 
 -- ------------------------------------------------------------ the causal chain
 -- Actions are read with the columns of actions.COLUMNS, in that order.
@@ -233,9 +329,6 @@ SELECT checkpoint_id FROM cassette_checkpoints
 -- name: checkpoint
 SELECT checkpoint_id, plan_id, context_json, created_at
   FROM cassette_checkpoints WHERE checkpoint_id = %(checkpoint_id)s;
-
--- name: checkpoint_context
-SELECT context_json FROM cassette_checkpoints WHERE checkpoint_id = %(checkpoint_id)s;
 
 -- name: metrics
 -- ({column} and {where} come from metrics.DIMENSIONS, never from a caller.) As SQLite's:

@@ -1,0 +1,47 @@
+-- What opening a PostgreSQL ledger sends (postgresql/connection.py), by name: the
+-- server's check, the session's settings, and the migrations' bookkeeping (the
+-- migrations themselves are the files of migrations/, each sent whole).
+
+-- name: server_encoding
+-- The journal hashes the UTF-8 bytes of each body: a database in another encoding
+-- cannot hold them.
+SHOW server_encoding;
+
+-- name: session_settings
+-- For the session (is_local false): the durability's synchronous_commit, the busy
+-- timeout as lock_timeout, and the search_path the package's unqualified names are
+-- resolved in: the ledger's schema, pg_temp last (a temporary table named like a
+-- ledger's table does not shadow it).
+SELECT set_config('synchronous_commit', %(synchronous_commit)s, false),
+       set_config('lock_timeout', %(lock_timeout)s, false),
+       set_config('search_path', 'public, pg_temp', false);
+
+-- name: read_only_session
+SET default_transaction_read_only = on;
+
+-- name: has_migrations_table
+SELECT to_regclass('public.cassette_migrations') IS NOT NULL;
+
+-- name: applied_version
+SELECT coalesce(max(version), 0) FROM cassette_migrations;
+
+-- name: migration_lock
+-- Held to the end of one migration's transaction: hosts opening a ledger at once take
+-- turns, and each reads the version again under it.
+SELECT pg_advisory_xact_lock(%(key)s);
+
+-- name: tables_in_public
+-- A database with tables but no ledger is someone else's: never migrated into.
+SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v');
+
+-- name: create_migrations_table
+CREATE TABLE cassette_migrations (version integer PRIMARY KEY,
+                                  name text NOT NULL,
+                                  applied_at timestamptz NOT NULL DEFAULT now());
+
+-- name: revoke_migrations_table
+REVOKE ALL ON cassette_migrations FROM PUBLIC;
+
+-- name: record_migration
+INSERT INTO cassette_migrations (version, name) VALUES (%(version)s, %(name)s);
