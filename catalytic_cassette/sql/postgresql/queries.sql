@@ -14,7 +14,8 @@
 -- own catalog; each such query says which. The rules are the server's: the roles are
 -- granted SELECT and EXECUTE only, so they write through the ledger's functions; the
 -- owner's other writes (opening.sql's bookkeeping, a seal, a copy's rows and its dating of
--- the head) meet the tables' triggers.
+-- the head) meet the tables' triggers. flush_commits (committing early) writes one logical
+-- WAL message, which no table holds.
 
 -- name: post
 SELECT message_id, job_id, existing
