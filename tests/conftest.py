@@ -170,6 +170,20 @@ def unguarded(path: Path) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
+def tamper(target: Path | str, *statements: str) -> None:
+    """Run ``statements`` with every trigger out of the way, as someone who owns the
+    storage can: on SQLite the triggers dropped (``unguarded``); on PostgreSQL the
+    superuser's session with ordinary triggers off (``session_replication_role``)."""
+    if backends.is_postgresql(target):
+        assert backends.raw_script(
+            target, "SET LOCAL session_replication_role = replica", *statements
+        ), statements
+        return
+    with unguarded(Path(target)) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
 def write_journal(conn: sqlite3.Connection, bodies: list[str]) -> None:
     """Replace the journal and the tree with ``bodies`` as entries 0..n-1, every leaf,
     link and node recomputed: what someone who can write the file (triggers dropped)
