@@ -224,6 +224,11 @@ def proof_source(target: str | Path) -> Iterator[ProofSource]:
         conn.close()
 
 
+def sql_literal(text: str) -> str:
+    """``text`` as a string literal both SQLite and PostgreSQL read back unchanged."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def refusal_code(call: Any, *args: Any, **kwargs: Any) -> ErrorCode:
     """The code a package call is refused with (it must be refused)."""
     try:
