@@ -45,7 +45,7 @@ def _pg_connect(url: str) -> Any:
     return psycopg.connect(url, autocommit=True)
 
 
-def _pg_sql(statement: str) -> str:
+def pg_sql(statement: str) -> str:
     """A statement written with SQLite's ``?`` placeholders, in psycopg's ``%s``."""
     return statement.replace("%", "%%").replace("?", "%s")
 
@@ -114,7 +114,7 @@ class Ledger:
             finally:
                 conn.close()
         with _pg_connect(self.target) as pg:
-            return [tuple(row) for row in pg.execute(_pg_sql(statement), params)]
+            return [tuple(row) for row in pg.execute(pg_sql(statement), params)]
 
     def scalar(self, statement: str, *params: Any) -> Any:
         return self.rows(statement, *params)[0][0]
@@ -142,7 +142,7 @@ class Ledger:
 
         with _pg_connect(self.target) as pg:
             try:
-                pg.execute(_pg_sql(statement) if params else statement, params or None)
+                pg.execute(pg_sql(statement) if params else statement, params or None)
             except psycopg.Error as exc:
                 return translate(exc).code
         return None
