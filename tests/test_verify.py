@@ -280,17 +280,22 @@ def test_a_deleted_journal_entry_is_a_gap(either: Path) -> None:
     assert any(f.kind == "journal_gap" and f.seq == 6 for f in report.errors)
 
 
-@pytest.mark.sqlite_only(reason="a trigger dropped and re-written in the SQLite file's schema")
-def test_a_dropped_trigger_is_a_finding(ledger: Path) -> None:
-    conn = sqlite3.connect(ledger)
-    conn.execute("DROP TRIGGER cassette_receipts_no_update")
-    conn.commit()
-    conn.close()
-    report = _verify(ledger)
-    assert any(
-        f.kind == "schema_missing" and "cassette_receipts_no_update" in f.detail
-        for f in report.errors
-    )
+# The rule that keeps receipts unchanged: one trigger per event on SQLite, one on PostgreSQL.
+RECEIPTS_UNCHANGED = {
+    "sqlite": "DROP TRIGGER cassette_receipts_no_update",
+    "postgresql": "DROP TRIGGER cassette_receipts_no_change ON cassette_receipts",
+}
+
+
+def test_a_dropped_trigger_is_a_finding(either: Path) -> None:
+    """Dropped by the file's writer, or by the database owner (who owns the triggers)."""
+    backend = "postgresql" if backends.is_postgresql(either) else "sqlite"
+    drop = RECEIPTS_UNCHANGED[backend]
+    assert backends.raw_script(either, drop)
+    report = _verify(either)
+    name = drop.split()[2]
+    assert [(f.kind, f.table) for f in report.errors] == [("schema_missing", "cassette_receipts")]
+    assert name in report.errors[0].detail
 
 
 @pytest.mark.sqlite_only(reason="a trigger dropped and re-written in the SQLite file's schema")
