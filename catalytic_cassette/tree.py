@@ -95,36 +95,48 @@ class StoredTree:
     def size(self) -> int:
         return size(self.conn)
 
-    def _check_size(self, tree_size: int) -> None:
-        have = self.size()
-        if not 0 <= tree_size <= have:
-            raise CassetteError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"tree size {tree_size} is not between 0 and the ledger's {have}",
-                size=have,
-            )
-
     def root(self, tree_size: int) -> bytes:
-        self._check_size(tree_size)
+        require_size(tree_size, self.size())
         return merkle.root(tree_size, self.subtree)
 
     def inclusion_proof(self, index: int, tree_size: int) -> list[bytes]:
-        self._check_size(tree_size)
-        if not 0 <= index < tree_size:
-            raise CassetteError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"entry {index} is not in a tree of {tree_size} entries",
-            )
+        require_entry(index, tree_size, self.size())
         return merkle.inclusion_proof(index, tree_size, self.subtree)
 
     def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
-        self._check_size(new_size)
-        if not 0 < old_size <= new_size:
-            raise CassetteError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"a consistency proof needs 0 < old size <= new size, not {old_size}, {new_size}",
-            )
+        require_sizes(old_size, new_size, self.size())
         return merkle.consistency_proof(old_size, new_size, self.subtree)
+
+
+# What a tree of ``have`` entries can answer, whichever backend keeps it: a root or a proof
+# it cannot give is INVALID_ARGUMENT (a caller's request, not a broken tree).
+
+
+def require_size(tree_size: int, have: int) -> None:
+    if not 0 <= tree_size <= have:
+        raise CassetteError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"tree size {tree_size} is not between 0 and the ledger's {have}",
+            size=have,
+        )
+
+
+def require_entry(index: int, tree_size: int, have: int) -> None:
+    require_size(tree_size, have)
+    if not 0 <= index < tree_size:
+        raise CassetteError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"entry {index} is not in a tree of {tree_size} entries",
+        )
+
+
+def require_sizes(old_size: int, new_size: int, have: int) -> None:
+    require_size(new_size, have)
+    if not 0 < old_size <= new_size:
+        raise CassetteError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"a consistency proof needs 0 < old size <= new size, not {old_size}, {new_size}",
+        )
 
 
 def journal_size(path: str) -> int:

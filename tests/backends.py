@@ -17,13 +17,18 @@ that needs an exact timestamp compares against ``now_ms()`` with a margin, or is
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from catalytic_cassette import CassetteError, ErrorCode, ManualClock, MessageCassette
 from catalytic_cassette.clock import SystemClock
 from catalytic_cassette.errors import translate as translate_sqlite
+
+if TYPE_CHECKING:
+    from catalytic_cassette.proofs import ProofSource
 
 BACKENDS = ("sqlite", "postgresql")
 POSTGRESQL_SCHEMES = ("postgresql://", "postgres://")
@@ -40,7 +45,7 @@ def _pg_connect(url: str) -> Any:
     return psycopg.connect(url, autocommit=True)
 
 
-def _pg_sql(statement: str) -> str:
+def pg_sql(statement: str) -> str:
     """A statement written with SQLite's ``?`` placeholders, in psycopg's ``%s``."""
     return statement.replace("%", "%%").replace("?", "%s")
 
@@ -109,7 +114,7 @@ class Ledger:
             finally:
                 conn.close()
         with _pg_connect(self.target) as pg:
-            return [tuple(row) for row in pg.execute(_pg_sql(statement), params)]
+            return [tuple(row) for row in pg.execute(pg_sql(statement), params)]
 
     def scalar(self, statement: str, *params: Any) -> Any:
         return self.rows(statement, *params)[0][0]
@@ -137,7 +142,7 @@ class Ledger:
 
         with _pg_connect(self.target) as pg:
             try:
-                pg.execute(_pg_sql(statement) if params else statement, params or None)
+                pg.execute(pg_sql(statement) if params else statement, params or None)
             except psycopg.Error as exc:
                 return translate(exc).code
         return None
@@ -146,6 +151,13 @@ class Ledger:
         """Every entry: (seq, body, leaf_hash, chain_hash), in order."""
         query = "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal ORDER BY seq"
         return [(s, b, bytes(lh), bytes(ch)) for s, b, lh, ch in self.rows(query)]
+
+    def leaves(self) -> list[bytes]:
+        """Every entry's stored leaf hash, in order."""
+        return [leaf for _, _, leaf, _ in self.journal()]
+
+    def ledger_id(self) -> str:
+        return str(self.scalar("SELECT value FROM cassette_meta WHERE key = 'ledger_id'"))
 
     def dump(self) -> list[str]:
         """Every schema object and row of the ledger as text, to show nothing changed."""
@@ -185,6 +197,36 @@ def dump(target: str | Path) -> list[str]:
             rows = pg.execute(f'SELECT (to_jsonb(t){clock})::text FROM "{table}" AS t').fetchall()
             lines.extend(sorted(f"{table} {text}" for (text,) in rows))
         return lines
+
+
+@contextmanager
+def proof_source(target: str | Path) -> Iterator[ProofSource]:
+    """What proofs of the ledger at ``target`` are built from, read-only, opened as
+    ``cassette prove`` opens it: SQLite's stored tree, or PostgreSQL's tree rebuilt from
+    the journal's bodies."""
+    if is_postgresql(target):
+        from catalytic_cassette.postgresql import connection
+        from catalytic_cassette.postgresql.anchors import PgProofSource
+
+        pg = connection.connect_reader(str(target))
+        try:
+            yield PgProofSource(pg)
+        finally:
+            pg.close()
+        return
+    from catalytic_cassette.connection import connect_reader
+    from catalytic_cassette.proofs import SqliteProofSource
+
+    conn = connect_reader(str(target))
+    try:
+        yield SqliteProofSource(conn)
+    finally:
+        conn.close()
+
+
+def sql_literal(text: str) -> str:
+    """``text`` as a string literal both SQLite and PostgreSQL read back unchanged."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def refusal_code(call: Any, *args: Any, **kwargs: Any) -> ErrorCode:

@@ -170,6 +170,42 @@ def unguarded(path: Path) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
+class _SuperuserShell:
+    """A PostgreSQL session as the superuser with ordinary triggers off, answering
+    ``execute(sql, params)`` with SQLite's ``?`` placeholders as a sqlite3 connection does."""
+
+    def __init__(self, pg: Any) -> None:
+        self.pg = pg
+
+    def execute(self, statement: str, params: Any = ()) -> Any:
+        if params:
+            return self.pg.execute(backends.pg_sql(statement), params)
+        return self.pg.execute(statement)
+
+
+@contextmanager
+def tampering(target: Path | str) -> Iterator[Any]:
+    """A connection with every trigger out of the way, as someone who owns the storage
+    has: on SQLite the triggers dropped (``unguarded``); on PostgreSQL the superuser's
+    session with ordinary triggers off (``session_replication_role``), committed on exit."""
+    if not backends.is_postgresql(target):
+        with unguarded(Path(target)) as conn:
+            yield conn
+        return
+    import psycopg
+
+    with psycopg.connect(str(target)) as pg:  # one transaction, committed on exit
+        pg.execute("SET LOCAL session_replication_role = replica")
+        yield _SuperuserShell(pg)
+
+
+def tamper(target: Path | str, *statements: str) -> None:
+    """Run ``statements`` through ``tampering``."""
+    with tampering(target) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
 def write_journal(conn: sqlite3.Connection, bodies: list[str]) -> None:
     """Replace the journal and the tree with ``bodies`` as entries 0..n-1, every leaf,
     link and node recomputed: what someone who can write the file (triggers dropped)

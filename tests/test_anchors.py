@@ -1,6 +1,13 @@
-"""Anchors (migration 0004): the stored Merkle tree, its SQL guards, the backfill of an old
-ledger, seals and automatic seals, portable proofs checked offline, and backups taken while
-another process keeps writing."""
+"""Anchors (migration 0004): the ledger's Merkle tree, the SQL guards of seals (and of
+SQLite's stored nodes), the backfill of an old ledger, seals and automatic seals, portable
+proofs checked offline, and backups taken while another process keeps writing.
+
+What the ledger promises runs on both backends: its tree and proofs (SQLite's stored tree,
+PostgreSQL's rebuilt from the bodies, read through ``backends.proof_source`` as `cassette
+prove` reads them), the seal guards (attacked through the package's connection on SQLite,
+as the database owner on PostgreSQL), seals, verify against seal files, backup and restore.
+SQLite's stored tree nodes, its raw-connection attacks and its version-1 backfill are
+SQLite's alone (PostgreSQL stores no node), each marked with why."""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ import base64
 import multiprocessing as mp
 import sqlite3
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +52,14 @@ from catalytic_cassette.note import (
 )
 from catalytic_cassette.proofs import (
     check_proof_file,
-    prove_consistency,
+    consistency_proof,
+    inclusion_proof,
     prove_inclusion,
-    receipt_entry,
+    receipt_seq,
 )
 from catalytic_cassette.seals import (
     ORIGIN_PREFIX,
     AutoSeal,
-    default_origin,
-    latest_seal,
     record_seal,
     write_seal_file,
 )
@@ -61,12 +67,18 @@ from catalytic_cassette.tree import StoredTree
 from catalytic_cassette.verify import VerifyReport, verify_path
 
 from . import backends
-from .conftest import action_dict, dump, file_digest, unguarded
+from .backends import BACKENDS, Ledger, proof_source
+from .conftest import action_dict, dump, file_digest, tamper, unguarded
 
-# Most of this module drives the SQLite tree and seal functions on a sqlite3 connection
-# (record_seal, StoredTree, raw node and seal rows); PostgreSQL's counterparts are
-# tests/test_postgres_anchors.py's. What goes through the package's public API runs on
-# both backends (marked both_backends).
+pytestmark = pytest.mark.both_backends
+
+STORED_NODES = pytest.mark.sqlite_only(
+    reason="SQLite's stored tree nodes (cassette_tree_nodes); PostgreSQL stores none, its"
+    " tree is rebuilt from the journal's bodies for each seal and proof"
+)
+RAW_SQLITE3 = pytest.mark.sqlite_only(
+    reason="a raw sqlite3 connection, which lacks the package's SQL functions the guards call"
+)
 
 CTX = mp.get_context("spawn")
 TIMEOUT = 60
@@ -78,10 +90,16 @@ OTHER_KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(200, 232)))
 # ------------------------------------------------------------------------------ helpers
 
 
-def _mixed_ledger(path: Path, clock: ManualClock, rounds: int) -> None:
+def _clocked(target: Path | str, clock: ManualClock | None) -> dict[str, Any]:
+    """The options to open ``target`` with ``clock``: a PostgreSQL ledger keeps the
+    server's time and takes none."""
+    return {} if backends.is_postgresql(target) or clock is None else {"clock": clock}
+
+
+def _mixed_ledger(path: Path | str, clock: ManualClock | None, rounds: int) -> None:
     """Messages (plain and with jobs), claims, receipts, a release, actions with parents
     and checkpoints; about 11 journal entries a round."""
-    with MessageCassette(path, clock=clock) as cassette:
+    with MessageCassette(path, **_clocked(path, clock)) as cassette:
         for n in range(rounds):
             cassette.post_message({"n": n}, "run", "USER", f"plain-{n}")
             cassette.post_message(
@@ -101,7 +119,7 @@ def _mixed_ledger(path: Path, clock: ManualClock, rounds: int) -> None:
                     worker_id="releaser",
                     fencing_token=held["fencing_token"],
                 )
-    with CausalChain(path, clock=clock) as chain:
+    with CausalChain(path, **_clocked(path, clock)) as chain:
         root = chain.append_action(action_dict("PlanStarted", "plan")).action_id
         for n in range(rounds):
             child = chain.append_action(action_dict("CapabilityCall", f"call{n}", root)).action_id
@@ -159,7 +177,7 @@ def _tree_findings(report: VerifyReport) -> list[tuple[str, int | None, Any]]:
     return [(f.kind, f.seq, f.key) for f in report.errors]
 
 
-# ------------------------------------------------------------------ 1. the stored tree
+# ------------------------------------------------------------------ 1. the tree
 
 
 @pytest.fixture(scope="module")
@@ -169,13 +187,34 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_the_stored_tree_is_the_rfc_tree_of_the_journal_at_every_size(mixed: Path) -> None:
-    conn = sqlite3.connect(mixed)
+@pytest.fixture(scope="module", params=BACKENDS)
+def mixed_ledger(request: pytest.FixtureRequest) -> Iterator[Ledger]:
+    """The mixed ledger of each backend, made once for the module (only read)."""
+    if request.param == "sqlite":
+        yield Ledger("sqlite", str(request.getfixturevalue("mixed")))
+        return
+    from . import postgres
+
+    server = request.getfixturevalue("pg_server")
+    url = postgres.clone_database(server, request.getfixturevalue("pg_template"))
     try:
-        n = _check_tree(conn)
-        tables = {r[0] for r in conn.execute("SELECT DISTINCT tbl FROM cassette_journal")}
+        _mixed_ledger(url, None, rounds=24)
+        yield Ledger("postgresql", url)
     finally:
-        conn.close()
+        postgres.drop_database(server, url)
+
+
+def test_the_ledgers_tree_is_the_rfc_tree_of_its_journal_at_every_size(
+    mixed_ledger: Ledger,
+) -> None:
+    leaves = mixed_ledger.leaves()
+    n = len(leaves)
+    with proof_source(mixed_ledger.target) as source, source.snapshot():
+        ledger_tree = source.tree()
+        assert ledger_tree.size() == n
+        for size in range(n + 1):
+            assert ledger_tree.root(size) == root_from_leaves(leaves[:size]), size
+    tables = {tbl for (tbl,) in mixed_ledger.rows("SELECT DISTINCT tbl FROM cassette_journal")}
     assert tree.GROW_BLOCK + 10 <= n <= 2 * tree.GROW_BLOCK
     assert {
         "cassette_messages",
@@ -187,16 +226,26 @@ def test_the_stored_tree_is_the_rfc_tree_of_the_journal_at_every_size(mixed: Pat
     } <= tables
 
 
-def test_every_inclusion_and_consistency_proof_verifies(mixed: Path) -> None:
+@STORED_NODES
+def test_sqlite_stores_the_nodes_of_its_complete_blocks_and_they_are_the_rfc_tree(
+    mixed: Path,
+) -> None:
     conn = sqlite3.connect(mixed)
     try:
-        leaves = _leaves(conn)
-        stored = StoredTree(conn)
-        memory = MemoryTree(leaves)
-        n = len(leaves)
-        checked = 0
-        roots = [root_from_leaves(leaves[:size]) for size in range(n + 1)]
-        stranger = merkle.leaf_hash(b"not an entry of this ledger")
+        assert _check_tree(conn) > tree.GROW_BLOCK
+    finally:
+        conn.close()
+
+
+def test_every_inclusion_and_consistency_proof_verifies(mixed_ledger: Ledger) -> None:
+    leaves = mixed_ledger.leaves()
+    memory = MemoryTree(leaves)
+    n = len(leaves)
+    checked = 0
+    roots = [root_from_leaves(leaves[:size]) for size in range(n + 1)]
+    stranger = merkle.leaf_hash(b"not an entry of this ledger")
+    with proof_source(mixed_ledger.target) as source, source.snapshot():
+        stored = source.tree()
         for size in range(1, n + 1):
             for index in range(size):
                 path = stored.inclusion_proof(index, size)
@@ -211,20 +260,20 @@ def test_every_inclusion_and_consistency_proof_verifies(mixed: Path) -> None:
                 if old < size:
                     assert not merkle.verify_consistency(old, size, roots[old], stranger, proof)
                 checked += 1
-    finally:
-        conn.close()
     assert checked == n * (n + 1)
 
 
-def test_stored_tree_refuses_sizes_it_does_not_have(mixed: Path) -> None:
-    conn = sqlite3.connect(mixed)
-    try:
-        stored = StoredTree(conn)
+def test_the_ledgers_tree_refuses_sizes_it_does_not_have(mixed_ledger: Ledger) -> None:
+    """INVALID_ARGUMENT on both backends (PostgreSQL's rebuilt tree raised a bare
+    ValueError until this test: a traceback where SQLite named the argument)."""
+    with proof_source(mixed_ledger.target) as source, source.snapshot():
+        stored = source.tree()
         n = stored.size()
         for call in (
             lambda: stored.root(n + 1),
             lambda: stored.root(-1),
             lambda: stored.inclusion_proof(n, n),
+            lambda: stored.inclusion_proof(-1, n),
             lambda: stored.inclusion_proof(0, n + 1),
             lambda: stored.consistency_proof(0, n),
             lambda: stored.consistency_proof(3, 2),
@@ -233,8 +282,6 @@ def test_stored_tree_refuses_sizes_it_does_not_have(mixed: Path) -> None:
             with pytest.raises(CassetteError) as refused:
                 call()
             assert refused.value.code is ErrorCode.INVALID_ARGUMENT
-    finally:
-        conn.close()
 
 
 WRITES = st.lists(
@@ -250,6 +297,7 @@ WRITES = st.lists(
 )
 
 
+@STORED_NODES
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(writes=WRITES)
 def test_property_stored_roots_equal_the_in_memory_tree(writes: list[tuple[str, int, int]]) -> None:
@@ -310,6 +358,7 @@ def mixed_copy(mixed: Path, tmp_path: Path) -> Path:
     return copy
 
 
+@STORED_NODES
 def test_an_edited_tree_node_is_a_tree_node_finding(mixed_copy: Path) -> None:
     assert verify_path(str(mixed_copy)).ok
     with unguarded(mixed_copy) as conn:
@@ -319,6 +368,7 @@ def test_an_edited_tree_node_is_a_tree_node_finding(mixed_copy: Path) -> None:
     assert _tree_findings(verify_path(str(mixed_copy))) == [("tree_node", 15, [15, 3])]
 
 
+@STORED_NODES
 def test_a_deleted_tree_node_is_a_finding_and_breaks_reads(mixed_copy: Path) -> None:
     with unguarded(mixed_copy) as conn:
         conn.execute("DELETE FROM cassette_tree_nodes WHERE leaf_end = 7 AND level = 2")
@@ -341,6 +391,7 @@ def test_a_deleted_tree_node_is_a_finding_and_breaks_reads(mixed_copy: Path) -> 
         conn.close()
 
 
+@STORED_NODES
 def test_an_extra_tree_node_is_a_finding(mixed_copy: Path) -> None:
     with unguarded(mixed_copy) as conn:
         n = conn.execute("SELECT count(*) FROM cassette_journal").fetchone()[0]
@@ -349,6 +400,7 @@ def test_an_extra_tree_node_is_a_finding(mixed_copy: Path) -> None:
     assert _tree_findings(verify_path(str(mixed_copy))) == [("tree_node", extra, [extra, 1])]
 
 
+@STORED_NODES
 def test_a_damaged_tree_cannot_prove_an_entry_under_its_seal(mixed_copy: Path) -> None:
     conn = connect(mixed_copy, clock=ManualClock())
     try:
@@ -369,116 +421,141 @@ def test_a_damaged_tree_cannot_prove_an_entry_under_its_seal(mixed_copy: Path) -
 
 # --------------------------------------------------------------------- 2. SQL guards
 
+# A seal row as the attacker of each backend writes it: on SQLite through the package's
+# connection (a raw sqlite3 one lacks the SQL functions the guards call: refused before
+# any rule is judged, RAW_ATTACKS below), on PostgreSQL as the database owner (who holds
+# INSERT on cassette_seals; the server numbers and dates the row).
+INSERT_SEAL = {
+    "sqlite": "INSERT INTO cassette_seals"
+    " (seal_id, tree_size, root_hex, origin, key_id, note, created_at)"
+    " SELECT coalesce(max(seal_id), 0) + 1, ?, ?, ?, ?, ?, (SELECT ms FROM cassette_ledger_time)"
+    " FROM cassette_seals",
+    "postgresql": "INSERT INTO cassette_seals (tree_size, root_hex, origin, key_id, note)"
+    " VALUES (?, ?, ?, ?, ?)",
+}
 
-INSERT_SEAL = (
-    "INSERT INTO cassette_seals (seal_id, tree_size, root_hex, origin, key_id, note, created_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
+
+def _root(backend: Ledger, size: int) -> bytes:
+    with proof_source(backend.target) as source, source.snapshot():
+        return source.tree().root(size)
 
 
-def _seal_row(conn: sqlite3.Connection, size: int, root: bytes | None = None) -> tuple[Any, ...]:
-    origin = default_origin(conn)
+def _seal_row(backend: Ledger, size: int, root: bytes | None = None) -> tuple[Any, ...]:
+    """(tree_size, root_hex, origin, key_id, note): a seal of ``size`` entries signed by
+    KEY under the ledger's own origin (of ``root``, by default the ledger's)."""
+    origin = ORIGIN_PREFIX + backend.ledger_id()
     if root is None:
-        root = StoredTree(conn).root(size) if 0 <= size <= tree.size(conn) else bytes(32)
+        have = len(backend.leaves())
+        root = _root(backend, size) if 0 <= size <= have else bytes(32)
     note = sign_note(Checkpoint(origin, max(size, 0), root).to_text(), origin, KEY).decode()
-    seal_id = conn.execute("SELECT coalesce(max(seal_id), 0) + 1 FROM cassette_seals").fetchone()
-    return (
-        seal_id[0],
-        size,
-        root.hex(),
-        origin,
-        ed25519_key_id(origin, PUBLIC).hex(),
-        note,
-        ledger_time(conn),
-    )
+    return (size, root.hex(), origin, ed25519_key_id(origin, PUBLIC).hex(), note)
 
 
-def _refused(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> CassetteError:
-    with pytest.raises(CassetteError) as refused, write_transaction(conn) as tx:
-        tx.execute(sql, params)
-    return refused.value
+def _insert_seal(cassette: MessageCassette, backend: Ledger, row: tuple[Any, ...]) -> Any:
+    """The code the ledger refuses the seal row with, or None when it took it."""
+    if backend.postgresql:
+        return backend.raw_sql(INSERT_SEAL["postgresql"], *row)
+    try:
+        with write_transaction(cassette.conn) as tx:
+            tx.execute(INSERT_SEAL["sqlite"], row)
+    except CassetteError as error:
+        return error.code
+    return None
 
 
 @pytest.fixture
 def posted(cassette: MessageCassette) -> MessageCassette:
     """A sealed ledger past its first complete block of stored nodes (tree.GROW_BLOCK)."""
     cassette.post_messages([({"n": n}, "run", "USER", None) for n in range(86)])
-    record_seal(cassette.conn, KEY, now_ms=1, origin=None)
+    cassette.seal(KEY)
     cassette.post_message({"n": 3}, "run", "USER")
     return cassette
 
 
 def test_a_seal_whose_root_is_not_the_ledgers_is_refused(
-    posted: MessageCassette, db_path: Path
+    posted: MessageCassette, backend: Ledger
 ) -> None:
-    conn = posted.conn
-    before = (dump(db_path), file_digest(db_path))
-    size = tree.size(conn)
-    for wrong in (bytes(32), StoredTree(conn).root(size - 1), StoredTree(conn).root(size)[::-1]):
-        error = _refused(conn, INSERT_SEAL, _seal_row(conn, size, wrong))
-        assert error.code is ErrorCode.SEAL_MISMATCH
-    assert (dump(db_path), file_digest(db_path)) == before
+    before = backend.dump()
+    size = len(backend.leaves())
+    for wrong in (bytes(32), _root(backend, size - 1), _root(backend, size)[::-1]):
+        code = _insert_seal(posted, backend, _seal_row(backend, size, wrong))
+        assert code is ErrorCode.SEAL_MISMATCH
+    assert backend.dump() == before
     # The right root at the same size is accepted: the guard is not refusing everything.
-    with write_transaction(conn) as tx:
-        tx.execute(INSERT_SEAL, _seal_row(conn, size))
-    accepted = latest_seal(conn)
+    assert _insert_seal(posted, backend, _seal_row(backend, size)) is None
+    accepted = posted.latest_seal()
     assert accepted is not None and accepted.tree_size == size
 
 
 @pytest.mark.parametrize("size", ["zero", "negative", "beyond", "far_beyond"])
 def test_a_seal_of_size_zero_or_beyond_the_journal_is_invalid_seal(
-    posted: MessageCassette, db_path: Path, size: str
+    posted: MessageCassette, backend: Ledger, size: str
 ) -> None:
     """INVALID_SEAL (LAW.md section 7), whatever root it carries: the size is checked
     before the root. (Found and fixed while these tests were written: the root guard
     used to fire first and answer SEAL_MISMATCH.)"""
-    conn = posted.conn
-    before = (dump(db_path), file_digest(db_path))
-    n = tree.size(conn)
+    before = backend.dump()
+    n = len(backend.leaves())
     chosen = {"zero": 0, "negative": -1, "beyond": n + 1, "far_beyond": 2 * n}[size]
-    for root in (StoredTree(conn).root(0), StoredTree(conn).root(n), bytes(32)):
-        error = _refused(conn, INSERT_SEAL, _seal_row(conn, chosen, root))
-        assert error.code is ErrorCode.INVALID_SEAL, root
-    assert (dump(db_path), file_digest(db_path)) == before
+    for root in (_root(backend, 0), _root(backend, n), bytes(32)):
+        code = _insert_seal(posted, backend, _seal_row(backend, chosen, root))
+        assert code is ErrorCode.INVALID_SEAL, root
+    assert backend.dump() == before
 
 
 def test_a_seal_row_with_a_bad_origin_key_id_or_note_is_invalid_seal(
-    posted: MessageCassette, db_path: Path
+    posted: MessageCassette, backend: Ledger
 ) -> None:
-    conn = posted.conn
-    before = (dump(db_path), file_digest(db_path))
-    good = _seal_row(conn, tree.size(conn))
-    origin = good[3]
+    before = backend.dump()
+    good = _seal_row(backend, len(backend.leaves()))
+    size, root_hex, origin, key_id, note = good
     bad = {
         "note of another size": (
-            *good[:5],
-            good[5].replace(f"\n{good[1]}\n", "\n1\n", 1),
-            *good[6:],
+            size,
+            root_hex,
+            origin,
+            key_id,
+            note.replace(f"\n{size}\n", "\n1\n", 1),
         ),
-        "note of another origin": (*good[:5], "x" + good[5], *good[6:]),
-        "origin with a space": (*good[:3], "a b", *good[4:]),
-        "key id not hex": (*good[:4], "ABCDEFGH", *good[5:]),
+        "note of another origin": (size, root_hex, origin, key_id, "x" + note),
+        "origin with a space": (size, root_hex, "a b", key_id, note),
+        "key id not hex": (size, root_hex, origin, "ABCDEFGH", note),
     }
-    assert good[5].startswith(f"{origin}\n{good[1]}\n")
+    assert note.startswith(f"{origin}\n{size}\n")
     for what, row in bad.items():
-        assert _refused(conn, INSERT_SEAL, row).code is ErrorCode.INVALID_SEAL, what
-    assert (dump(db_path), file_digest(db_path)) == before
-    with write_transaction(conn) as tx:
-        tx.execute(INSERT_SEAL, good)
-    assert verify_path(str(db_path), anchors=None, seal_key=PUBLIC, origin=origin).ok
+        assert _insert_seal(posted, backend, row) is ErrorCode.INVALID_SEAL, what
+    assert backend.dump() == before
+    assert _insert_seal(posted, backend, good) is None
+    assert verify_path(backend.target, anchors=None, seal_key=PUBLIC, origin=origin).ok
 
 
-def test_record_seal_refuses_what_cannot_be_sealed(cassette: MessageCassette) -> None:
-    conn = cassette.conn
+def test_sealing_refuses_what_cannot_be_sealed(cassette: MessageCassette, backend: Ledger) -> None:
     with pytest.raises(CassetteError) as empty:
-        record_seal(conn, KEY, now_ms=1, origin=None)
+        cassette.seal(KEY)
     assert empty.value.code is ErrorCode.INVALID_SEAL
     cassette.post_message({"n": 0}, "run", "USER")
     for origin, size in ((None, 0), (None, 4), (None, -1), ("has space", None), ("a+b", None)):
         with pytest.raises(CassetteError) as refused:
-            record_seal(conn, KEY, now_ms=1, origin=origin, size=size)
+            cassette.seal(KEY, origin=origin, size=size)
         assert refused.value.code is ErrorCode.INVALID_SEAL, (origin, size)
-    assert conn.execute("SELECT count(*) FROM cassette_seals").fetchone()[0] == 0
+    assert backend.count("cassette_seals") == 0
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "UPDATE cassette_seals SET root_hex = lower(root_hex)",
+        "UPDATE cassette_seals SET note = note || ' '",
+        "DELETE FROM cassette_seals",
+    ],
+)
+def test_a_recorded_seal_cannot_be_changed_or_removed(
+    posted: MessageCassette, backend: Ledger, attack: str
+) -> None:
+    """APPEND_ONLY, from a raw sqlite3 connection or as the PostgreSQL database owner."""
+    before = backend.dump()
+    assert backend.raw_sql(attack) is ErrorCode.APPEND_ONLY
+    assert backend.dump() == before
 
 
 RAW_ATTACKS = {
@@ -507,6 +584,7 @@ RAW_ATTACKS = {
 }
 
 
+@RAW_SQLITE3
 @pytest.mark.parametrize("attack", sorted(RAW_ATTACKS))
 def test_raw_connection_attacks_on_nodes_and_seals_change_nothing(
     posted: MessageCassette, db_path: Path, attack: str
@@ -526,10 +604,17 @@ def test_raw_connection_attacks_on_nodes_and_seals_change_nothing(
     assert (dump(db_path), file_digest(db_path)) == before
 
 
+def _refused(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> CassetteError:
+    with pytest.raises(CassetteError) as refused, write_transaction(conn) as tx:
+        tx.execute(sql, params)
+    return refused.value
+
+
+@STORED_NODES
 def test_package_connection_attacks_on_nodes_are_refused(
     posted: MessageCassette, db_path: Path
 ) -> None:
-    conn = posted.conn
+    conn = posted.conn  # (SQLite's: these tests are)
     before = (dump(db_path), file_digest(db_path))
     n = tree.size(conn)
     existing = conn.execute(
@@ -554,10 +639,11 @@ def test_package_connection_attacks_on_nodes_are_refused(
     assert (dump(db_path), file_digest(db_path)) == before
 
 
+@STORED_NODES
 def test_a_missing_node_can_only_be_put_back_as_the_hash_of_its_children(
     posted: MessageCassette, db_path: Path
 ) -> None:
-    conn = posted.conn
+    conn = posted.conn  # (SQLite's: these tests are)
     leaves = _leaves(conn)
     right = merkle.node_hash(leaves[0], leaves[1])
     with unguarded(db_path) as raw:
@@ -584,6 +670,10 @@ def _load_v1(path: Path) -> None:
     conn.close()
 
 
+@pytest.mark.sqlite_only(
+    reason="a SQLite file made at schema version 1 (tests/data/ledger_v1.sql); PostgreSQL"
+    " ledgers begin at its migration 0001, with no older schema to upgrade"
+)
 def test_a_version_1_ledger_gets_its_whole_tree_backfilled(db_path: Path) -> None:
     _load_v1(db_path)
     raw = sqlite3.connect(db_path)
@@ -629,20 +719,19 @@ def test_a_version_1_ledger_gets_its_whole_tree_backfilled(db_path: Path) -> Non
 
 
 def test_a_seal_is_a_signed_checkpoint_of_the_ledger(
-    cassette: MessageCassette, db_path: Path, tmp_path: Path
+    cassette: MessageCassette, backend: Ledger, tmp_path: Path
 ) -> None:
     for n in range(5):
         cassette.post_message({"n": n}, "run", "USER")
-    conn = cassette.conn
-    size = tree.size(conn)
-    dated = ledger_time(conn)  # a seal is dated no earlier than the ledger's latest time
-    seal = record_seal(conn, KEY, now_ms=42, origin=None)
-    origin = default_origin(conn)
-    assert origin.startswith(ORIGIN_PREFIX) and seal.origin == origin
+    size = len(backend.leaves())
+    dated = backend.now_ms()  # a seal is dated no earlier than the ledger's time
+    seal = cassette.seal(KEY)
+    origin = ORIGIN_PREFIX + backend.ledger_id()
+    assert seal.origin == origin
 
     note = parse_note(seal.note)
     checkpoint = Checkpoint.from_text(note.text)
-    assert checkpoint == Checkpoint(origin, size, root_from_leaves(_leaves(conn)[:size]))
+    assert checkpoint == Checkpoint(origin, size, root_from_leaves(backend.leaves()[:size]))
     assert seal.tree_size == size and seal.root == checkpoint.root
     assert note.text == f"{origin}\n{size}\n{base64.b64encode(seal.root).decode()}\n".encode()
     [signature] = note.signatures
@@ -653,53 +742,70 @@ def test_a_seal_is_a_signed_checkpoint_of_the_ledger(
     assert seal.note == sign_note(note.text, origin, KEY)  # Ed25519 is deterministic
 
     # Recorded in the ledger as journal entry `size`: the seal covers the entries before it.
-    row = conn.execute(
+    row = backend.rows(
         "SELECT seal_id, tree_size, root_hex, origin, key_id, note, created_at FROM cassette_seals"
-    ).fetchone()
-    assert dated > 42
-    assert row == (1, size, seal.root.hex(), origin, seal.key_id, seal.note.decode(), dated)
-    assert latest_seal(conn) == seal
-    entry = conn.execute(
-        "SELECT tbl, row_key FROM cassette_journal WHERE seq = ?", (size,)
-    ).fetchone()
-    assert entry == ("cassette_seals", 1) and tree.size(conn) == size + 1
+    )
+    assert row == [
+        (1, size, seal.root.hex(), origin, seal.key_id, seal.note.decode(), seal.created_at)
+    ]
+    assert seal.created_at >= dated
+    assert cassette.latest_seal() == seal
+    entry = backend.rows("SELECT tbl, row_key FROM cassette_journal WHERE seq = ?", size)
+    assert [(tbl, int(key)) for tbl, key in entry] == [("cassette_seals", 1)]
+    assert len(backend.leaves()) == size + 1
 
     written = write_seal_file(seal, tmp_path)
     assert written.name == f"{origin.replace('/', '_')}-{size:020d}.seal"
     assert written.read_bytes() == seal.note
     assert write_seal_file(seal, tmp_path) == written  # the same seal again: a no-op
-    later = record_seal(conn, KEY, now_ms=43, origin=None, size=size)
+    later = cassette.seal(KEY, size=size)
     assert later.note == seal.note and later.seal_id == 2
-    other = record_seal(conn, OTHER_KEY, now_ms=44, origin=None, size=size)
+    other = cassette.seal(OTHER_KEY, size=size)
     with pytest.raises(CassetteError) as refused:
         write_seal_file(other, written)
     assert refused.value.code is ErrorCode.INVALID_ARGUMENT
     assert written.read_bytes() == seal.note
     report = verify_path(
-        str(db_path), anchors=load_anchors(tmp_path), seal_key=PUBLIC, origin=origin
+        backend.target, anchors=load_anchors(tmp_path), seal_key=PUBLIC, origin=origin
     )
     assert report.ok and [a["status"] for a in report.anchors] == ["holds"]
 
 
-def test_a_seal_under_a_chosen_origin(
-    cassette: MessageCassette, tmp_path: Path, db_path: Path
+@pytest.mark.sqlite_only(
+    reason="a writer's clock behind the ledger's: a SQLite writer brings its own clock,"
+    " a PostgreSQL ledger takes none (the server's time)"
+)
+def test_a_seal_is_dated_no_earlier_than_the_ledgers_latest_time(
+    cassette: MessageCassette,
 ) -> None:
     cassette.post_message({"n": 0}, "run", "USER")
-    seal = record_seal(cassette.conn, KEY, now_ms=1, origin="example.com/audit/log-1")
+    dated = ledger_time(cassette.conn)
+    assert dated > 42
+    assert record_seal(cassette.conn, KEY, now_ms=42, origin=None).created_at == dated
+
+
+def test_a_seal_under_a_chosen_origin(
+    cassette: MessageCassette, tmp_path: Path, backend: Ledger
+) -> None:
+    cassette.post_message({"n": 0}, "run", "USER")
+    seal = cassette.seal(KEY, origin="example.com/audit/log-1")
     assert Checkpoint.from_text(open_note(seal.note, "example.com/audit/log-1", PUBLIC)).origin == (
         "example.com/audit/log-1"
     )
     path = write_seal_file(seal, tmp_path)
     assert path.name == f"example.com_audit_log-1-{3:020d}.seal"  # message, job, step
     holds = verify_path(
-        str(db_path), anchors=load_anchors(path), seal_key=PUBLIC, origin="example.com/audit/log-1"
+        backend.target,
+        anchors=load_anchors(path),
+        seal_key=PUBLIC,
+        origin="example.com/audit/log-1",
     )
     assert holds.ok and holds.anchors[0]["status"] == "holds"
     wrong = verify_path(
-        str(db_path),
+        backend.target,
         anchors=load_anchors(path),
         seal_key=PUBLIC,
-        origin=default_origin(cassette.conn),
+        origin=ORIGIN_PREFIX + backend.ledger_id(),
     )
     assert wrong.anchors[0]["status"] == "unknown_key" and wrong.unverifiable
 
@@ -708,7 +814,6 @@ def _seal_sizes(directory: Path) -> list[int]:
     return [int(p.name[-25:-5]) for p in sorted(directory.glob("*.seal"))]
 
 
-@pytest.mark.both_backends
 def test_auto_seal_seals_every_n_entries_and_at_close(
     db_path: Path, tmp_path: Path, clock: ManualClock
 ) -> None:
@@ -737,7 +842,6 @@ def _ledger_id(path: Path) -> str:
     return str(backends.rows(path, "SELECT value FROM cassette_meta WHERE key = 'ledger_id'")[0][0])
 
 
-@pytest.mark.both_backends
 def test_auto_seal_on_a_causal_chain_with_a_key_file(
     db_path: Path, tmp_path: Path, clock: ManualClock
 ) -> None:
@@ -777,11 +881,11 @@ def test_auto_seal_refuses_a_bad_setting(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------ 5. proofs
 
 
-def _small_sealed(path: Path, run: str = "r") -> tuple[bytes, bytes, int]:
+def _small_sealed(path: Path | str, run: str = "r") -> tuple[bytes, bytes, int]:
     """A message completed by a worker, a few actions; sealed; more; sealed again.
     Returns (first seal note, second seal note, receipt_id)."""
-    clock = ManualClock()
-    with MessageCassette(path, clock=clock) as cassette:
+    clock = _clocked(path, ManualClock())
+    with MessageCassette(path, **clock) as cassette:
         cassette.post_message(
             {"jobs": [{"intent": "i", "steps": [{"a": 1}, {"b": 2}]}]}, run, "USER"
         )
@@ -789,48 +893,62 @@ def _small_sealed(path: Path, run: str = "r") -> tuple[bytes, bytes, int]:
         receipt = cassette.complete_step(
             run, step["step_id"], "w", step["fencing_token"], {}, "SUCCESS"
         )
-    with CausalChain(path, clock=clock) as chain:
+    with CausalChain(path, **clock) as chain:
         root = chain.append_action(action_dict("PlanStarted", "plan")).action_id
         chain.append_action(action_dict("CapabilityCall", "call", root))
-        first = record_seal(chain.conn, KEY, now_ms=clock.now_ms(), origin=None)
+        first = chain.seal(KEY)
         chain.append_action(action_dict("CapabilityResult", "result", root))
-        second = record_seal(chain.conn, KEY, now_ms=clock.now_ms(), origin=None)
+        second = chain.seal(KEY)
         chain.append_action(action_dict("InternalStep", "after", root))
     return first.note, second.note, receipt
 
 
-def _delete_ledger(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+def _differs_on_postgresql(backend: Ledger, request: pytest.FixtureRequest, how: str) -> None:
+    """The PostgreSQL case is a strict xfail: the ledger behaves otherwise there, in a way
+    its user sees (reported, not yet decided)."""
+    if backend.postgresql:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=how))
+
+
+def _forget(backend: Ledger) -> None:
+    """Take the ledger away (SQLite's file; a PostgreSQL database is dropped after the
+    test): what follows works from the files alone."""
+    if not backend.postgresql:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{backend.target}{suffix}").unlink(missing_ok=True)
+        assert not Path(backend.target).exists()
+
+
+def _bodies(backend: Ledger) -> list[str]:
+    return [body for _, body, _, _ in backend.journal()]
 
 
 def test_inclusion_proofs_of_every_sealed_entry_check_offline(
-    db_path: Path, tmp_path: Path
+    backend: Ledger, tmp_path: Path
 ) -> None:
-    first, second, receipt_id = _small_sealed(db_path)
-    conn = connect(db_path, clock=ManualClock())
-    try:
-        origin = default_origin(conn)
-        bodies = [str(r[0]) for r in conn.execute("SELECT body FROM cassette_journal ORDER BY seq")]
-        sealed = Checkpoint.from_text(parse_note(second).text).size
-        files = {}
+    first, second, receipt_id = _small_sealed(backend.target)
+    origin = ORIGIN_PREFIX + backend.ledger_id()
+    bodies = _bodies(backend)
+    sealed = Checkpoint.from_text(parse_note(second).text).size
+    files = {}
+    with proof_source(backend.target) as source:
         for seq in range(sealed):
-            proof = prove_inclusion(conn, seq, None)  # the newest recorded seal covering it
+            proof = inclusion_proof(source, seq, None)  # the newest recorded seal covering it
             assert proof.checkpoint == second and proof.extra == bodies[seq].encode()
             files[seq] = tmp_path / f"entry-{seq}.proof"
             files[seq].write_bytes(proof.to_bytes())
-        receipt_seq = receipt_entry(conn, receipt_id)
-        under_first = prove_inclusion(conn, receipt_seq, first).to_bytes()
+        entry = receipt_seq(source, receipt_id)
+        under_first = inclusion_proof(source, entry, first).to_bytes()
         with pytest.raises(CassetteError) as uncovered:
-            prove_inclusion(conn, sealed, None)  # the second seal's own entry
+            inclusion_proof(source, sealed, None)  # the second seal's own entry
         assert uncovered.value.code is ErrorCode.NOT_FOUND
         with pytest.raises(CassetteError) as beyond:
-            prove_inclusion(conn, sealed, first)
+            inclusion_proof(source, sealed, first)
         assert beyond.value.code is ErrorCode.INVALID_ARGUMENT
-    finally:
-        conn.close()
-    _delete_ledger(db_path)  # everything below works from the files alone
-    assert not db_path.exists()
+        with pytest.raises(CassetteError) as no_receipt:
+            receipt_seq(source, receipt_id + 100)
+        assert no_receipt.value.code is ErrorCode.NOT_FOUND
+    _forget(backend)
 
     for seq, file in files.items():
         data = file.read_bytes()
@@ -847,21 +965,20 @@ def test_inclusion_proofs_of_every_sealed_entry_check_offline(
     assert orjson.loads(checked.detail["entry"])["key"] == receipt_id
 
 
-def test_a_proof_under_a_checkpoint_naming_another_origin_is_wrong_origin(db_path: Path) -> None:
+def test_a_proof_under_a_checkpoint_naming_another_origin_is_wrong_origin(
+    backend: Ledger,
+) -> None:
     """Signed by the pinned key under the pinned name, but the checkpoint inside names
     another log: not a proof about this ledger."""
-    _small_sealed(db_path)
-    conn = connect(db_path, clock=ManualClock())
-    try:
-        origin = default_origin(conn)
-        leaves = _leaves(conn)
-        size = len(leaves)
-        text = Checkpoint("another/log", size, root_from_leaves(leaves)).to_text()
-        note = sign_note(text, origin, KEY)
-        path = tuple(StoredTree(conn).inclusion_proof(0, size))
-        body = str(conn.execute("SELECT body FROM cassette_journal WHERE seq = 0").fetchone()[0])
-    finally:
-        conn.close()
+    _small_sealed(backend.target)
+    origin = ORIGIN_PREFIX + backend.ledger_id()
+    leaves = backend.leaves()
+    size = len(leaves)
+    text = Checkpoint("another/log", size, root_from_leaves(leaves)).to_text()
+    note = sign_note(text, origin, KEY)
+    with proof_source(backend.target) as source, source.snapshot():
+        path = tuple(source.tree().inclusion_proof(0, size))
+    body = _bodies(backend)[0]
     data = TlogProof(0, path, note, body.encode()).to_bytes()
     result = check_proof_file(data, origin, PUBLIC)
     assert not result.ok and result.problem == "wrong_origin"
@@ -869,22 +986,19 @@ def test_a_proof_under_a_checkpoint_naming_another_origin_is_wrong_origin(db_pat
     assert check_proof_file(TlogProof(0, path, honest, body.encode()).to_bytes(), origin, PUBLIC).ok
 
 
-def test_consistency_proofs_between_seals_and_to_the_head(db_path: Path) -> None:
-    first, second, _ = _small_sealed(db_path)
-    conn = connect(db_path, clock=ManualClock())
-    try:
-        origin = default_origin(conn)
-        head = tree.size(conn)
-        between = prove_consistency(conn, first, second)
-        to_head = prove_consistency(conn, first, None)
-        second_to_head = prove_consistency(conn, second, None)
+def test_consistency_proofs_between_seals_and_to_the_head(backend: Ledger) -> None:
+    first, second, _ = _small_sealed(backend.target)
+    origin = ORIGIN_PREFIX + backend.ledger_id()
+    head = len(backend.leaves())
+    with proof_source(backend.target) as source:
+        between = consistency_proof(source, first, second)
+        to_head = consistency_proof(source, first, None)
+        second_to_head = consistency_proof(source, second, None)
         with pytest.raises(CassetteError) as backwards:
-            prove_consistency(conn, second, first)
+            consistency_proof(source, second, first)
         assert backwards.value.code is ErrorCode.INVALID_ARGUMENT
-        head_root = StoredTree(conn).root(head)
-    finally:
-        conn.close()
-    _delete_ledger(db_path)
+    head_root = root_from_leaves(backend.leaves())
+    _forget(backend)
     old_size = Checkpoint.from_text(parse_note(first).text).size
     new_size = Checkpoint.from_text(parse_note(second).text).size
     assert old_size < new_size < head
@@ -912,23 +1026,45 @@ def test_consistency_proofs_between_seals_and_to_the_head(db_path: Path) -> None
     assert check_proof_file(orjson.dumps(mismatched), origin, PUBLIC).problem == "malformed"
 
 
-def test_a_seal_of_another_ledger_proves_nothing_here(db_path: Path, tmp_path: Path) -> None:
-    first, _, _ = _small_sealed(db_path)
-    other_path = tmp_path / "other.db"
-    other_first, _, _ = _small_sealed(other_path, run="another-run")
-    conn = connect(db_path, clock=ManualClock())
-    try:
-        assert prove_inclusion(conn, 0, first).checkpoint == first
-        assert prove_consistency(conn, first, None)["old_seal"] == first.decode()
+def test_a_seal_of_another_ledger_proves_nothing_here(backend: Ledger, tmp_path: Path) -> None:
+    first, _, _ = _small_sealed(backend.target)
+    other_first, _, _ = _small_sealed(tmp_path / "other.db", run="another-run")
+    with proof_source(backend.target) as source:
+        assert inclusion_proof(source, 0, first).checkpoint == first
+        assert consistency_proof(source, first, None)["old_seal"] == first.decode()
         for call in (
-            lambda: prove_inclusion(conn, 0, other_first),
-            lambda: prove_consistency(conn, other_first, None),
+            lambda: inclusion_proof(source, 0, other_first),
+            lambda: consistency_proof(source, other_first, None),
         ):
             with pytest.raises(CassetteError) as refused:
                 call()
             assert refused.value.code is ErrorCode.SEAL_MISMATCH
-    finally:
-        conn.close()
+
+
+def test_an_entry_whose_body_was_rewritten_is_not_proven_under_its_seal(
+    backend: Ledger, request: pytest.FixtureRequest
+) -> None:
+    """Someone who owns the storage rewrites a sealed entry's body (triggers out of the
+    way): the ledger refuses to prove it under the seal (SEAL_MISMATCH, LAW.md section
+    7: "a proof the ledger cannot make under a given seal"), rather than hand the
+    auditor a proof that fails."""
+    _differs_on_postgresql(
+        backend,
+        request,
+        "PostgreSQL refuses TREE_BROKEN ('... nothing was signed'): its proof source"
+        " rebuilds the tree from the bodies and judges every leaf before any proof",
+    )
+    first, _, _ = _small_sealed(backend.target)
+    tamper(
+        backend.target,
+        "UPDATE cassette_journal SET body = replace(body, 'USER', 'EVIL') WHERE seq = 0",
+    )
+    assert "EVIL" in _bodies(backend)[0]
+    before = backend.dump()
+    with proof_source(backend.target) as source, pytest.raises(CassetteError) as refused:
+        inclusion_proof(source, 0, first)
+    assert refused.value.code is ErrorCode.SEAL_MISMATCH
+    assert backend.dump() == before
 
 
 # ---------------------------------------------------- 6. backups while another writes
@@ -962,9 +1098,9 @@ def _wait_for(acks: Any, count: int) -> None:
 
 
 def test_a_backup_taken_while_another_process_appends_verifies_and_restores(
-    tmp_path: Path,
+    backend: Ledger, tmp_path: Path
 ) -> None:
-    source = tmp_path / "live.db"
+    source = backend.target
     _mixed_ledger(source, ManualClock(), rounds=3)
     stop, acks = CTX.Event(), CTX.Value("i", 0)
     writer = CTX.Process(target=appending_writer, args=(str(source), stop, acks))
@@ -981,16 +1117,17 @@ def test_a_backup_taken_while_another_process_appends_verifies_and_restores(
     assert writer.exitcode == 0
     assert during > 0
 
-    copy = Path(made["backup"])
+    copy = Path(made["backup"])  # a SQLite file, whichever the source's backend
     seal_file = seal_path_for(copy)
     assert made["seal"] == str(seal_file) and seal_file.is_file()
     origin = made["origin"]
-    assert origin == ORIGIN_PREFIX + _ledger_id(source)
+    assert origin == ORIGIN_PREFIX + backend.ledger_id()
     conn = sqlite3.connect(copy)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
         assert made["entries"] == tree.size(conn) == len(_leaves(conn))
         assert made["root"] == root_from_leaves(_leaves(conn)).hex()
+        assert _leaves(conn) == backend.leaves()[: made["entries"]]  # a prefix of the source
     finally:
         conn.close()
     anchors = load_anchors(seal_file)
@@ -998,7 +1135,7 @@ def test_a_backup_taken_while_another_process_appends_verifies_and_restores(
     assert report.ok and [a["status"] for a in report.anchors] == ["holds"]
     assert report.anchored is not None and report.anchored["entries_after_anchor"] == 0
     # The source went on: the backup is a sealed prefix of it, and the seal is recorded there.
-    live = verify_path(str(source), anchors=load_anchors(seal_file), seal_key=PUBLIC, origin=origin)
+    live = verify_path(source, anchors=load_anchors(seal_file), seal_key=PUBLIC, origin=origin)
     assert live.ok and live.anchors[0]["status"] == "holds"
     assert live.journal_rows > made["entries"]
 
@@ -1022,10 +1159,11 @@ def test_a_backup_taken_while_another_process_appends_verifies_and_restores(
     assert verify_path(str(copy), anchors=anchors, seal_key=PUBLIC, origin=origin).ok
 
 
-def test_restore_with_another_key_or_origin_cannot_check_the_seal(tmp_path: Path) -> None:
-    source = tmp_path / "ledger.db"
-    _mixed_ledger(source, ManualClock(), rounds=1)
-    made = backup(source, tmp_path / "backup.db", KEY, clock=ManualClock())
+def test_restore_with_another_key_or_origin_cannot_check_the_seal(
+    backend: Ledger, clock: ManualClock, tmp_path: Path
+) -> None:
+    _mixed_ledger(backend.target, clock, rounds=1)
+    made = backup(backend.target, tmp_path / "backup.db", KEY, clock=clock)
     for key, origin in ((OTHER_KEY.public_key(), made["origin"]), (PUBLIC, made["origin"] + "x")):
         target = tmp_path / "restored.db"
         with pytest.raises(CassetteError) as refused:
@@ -1040,17 +1178,17 @@ def test_restore_with_another_key_or_origin_cannot_check_the_seal(tmp_path: Path
 # ------------------------------------------------- verify against seal files, in detail
 
 
-def _seal_file(directory: Path, conn: sqlite3.Connection, size: int, key: Any = KEY) -> Path:
+def _seal_file(directory: Path, backend: Ledger, size: int, key: Any = KEY) -> Path:
     """A seal file of the first ``size`` entries, signed without recording anything."""
-    origin = default_origin(conn)
-    root = root_from_leaves(_leaves(conn)[:size])
+    origin = ORIGIN_PREFIX + backend.ledger_id()
+    root = root_from_leaves(backend.leaves()[:size])
     path = directory / f"size-{size:04d}.seal"
     path.write_bytes(sign_note(Checkpoint(origin, size, root).to_text(), origin, key))
     return path
 
 
 def test_fork_evidence_narrows_to_one_entry_between_two_seals(
-    cassette: MessageCassette, db_path: Path, tmp_path: Path
+    cassette: MessageCassette, backend: Ledger, tmp_path: Path
 ) -> None:
     """Seals of 12 and 13 entries: entry 12 is changed. The 12 seal holds, the 13 seal is
     forked and its evidence names entry 12 with its body; a 20 seal is forked between 12
@@ -1060,15 +1198,19 @@ def test_fork_evidence_narrows_to_one_entry_between_two_seals(
     seals = tmp_path / "seals"
     seals.mkdir()
     for size in (12, 13, 20):
-        _seal_file(seals, cassette.conn, size)
-    origin = default_origin(cassette.conn)
-    with unguarded(db_path) as raw:
-        (honest,) = raw.execute("SELECT body FROM cassette_journal WHERE seq = 12").fetchone()
-        body = honest.replace('{\\"n\\":4}', '{\\"n\\":5}')
-        assert body != honest
-        raw.execute("UPDATE cassette_journal SET body = ? WHERE seq = 12", (body,))
-        (leaf,) = raw.execute("SELECT leaf_hash FROM cassette_journal WHERE seq = 12").fetchone()
-    report = verify_path(str(db_path), anchors=load_anchors(seals), seal_key=PUBLIC, origin=origin)
+        _seal_file(seals, backend, size)
+    origin = ORIGIN_PREFIX + backend.ledger_id()
+    honest = _bodies(backend)[12]
+    tamper(
+        backend.target,
+        "UPDATE cassette_journal SET body = replace(body, '{\\\"n\\\":4}', '{\\\"n\\\":5}')"
+        " WHERE seq = 12",
+    )
+    body, leaf = backend.journal()[12][1:3]
+    assert body == honest.replace('{\\"n\\":4}', '{\\"n\\":5}') != honest
+    report = verify_path(
+        backend.target, anchors=load_anchors(seals), seal_key=PUBLIC, origin=origin
+    )
     assert [(a["size"], a["status"]) for a in report.anchors] == [
         (12, "holds"),
         (13, "forked"),
@@ -1097,54 +1239,52 @@ def test_fork_evidence_narrows_to_one_entry_between_two_seals(
 
 @pytest.mark.parametrize("entries", [0, 3])
 def test_a_signed_checkpoint_of_the_empty_tree_is_no_evidence_of_a_fork(
-    cassette: MessageCassette, db_path: Path, tmp_path: Path, entries: int
+    cassette: MessageCassette, backend: Ledger, tmp_path: Path, entries: int
 ) -> None:
     if entries:
         cassette.post_message({"n": 0}, "run", "USER")
-    assert tree.size(cassette.conn) == entries
-    seal = _seal_file(tmp_path, cassette.conn, 0)
+    assert len(backend.leaves()) == entries
+    seal = _seal_file(tmp_path, backend, 0)
     assert Checkpoint.from_text(parse_note(seal.read_bytes()).text).root == merkle.EMPTY_ROOT
-    origin = default_origin(cassette.conn)
-    report = verify_path(str(db_path), anchors=load_anchors(seal), seal_key=PUBLIC, origin=origin)
+    origin = ORIGIN_PREFIX + backend.ledger_id()
+    report = verify_path(backend.target, anchors=load_anchors(seal), seal_key=PUBLIC, origin=origin)
     assert report.anchors[0]["status"] == "holds"
     assert report.ok and not report.unverifiable
 
 
 def test_recorded_seals_are_checked_against_their_notes(
-    posted: MessageCassette, db_path: Path
+    posted: MessageCassette, backend: Ledger
 ) -> None:
     """SQL checks a recorded seal's root and the start of its note; verify checks the rest:
     a note that is no signed note, or one whose root differs from the row's, is a
     seal_mismatch; with the key pinned, a bad signature too. A seal by another key is
     someone else's business (not a finding)."""
-    conn = posted.conn
-    size = tree.size(conn)
-    good = _seal_row(conn, size)
-    origin = good[3]
-    other_root = StoredTree(conn).root(size - 1)
+    size = len(backend.leaves())
+    good = _seal_row(backend, size)
+    origin = good[2]
+    other_root = _root(backend, size - 1)
     not_a_note = f"{origin}\n{size}\nnot base64\n"
     wrong_root = sign_note(Checkpoint(origin, size, other_root).to_text(), origin, KEY).decode()
-    text, _, sig_line = good[5].rpartition("\n\n")
+    text, _, sig_line = good[4].rpartition("\n\n")
     bad_sig = (
         text
         + "\n\n"
         + sig_line.replace(sig_line[-6:-2], "AAAA" if sig_line[-6:-2] != "AAAA" else "BBBB")
     )
     by_other = sign_note(
-        Checkpoint(origin, size, StoredTree(conn).root(size)).to_text(), origin, OTHER_KEY
+        Checkpoint(origin, size, _root(backend, size)).to_text(), origin, OTHER_KEY
     )
     for note in (not_a_note, wrong_root, bad_sig, by_other.decode()):
-        row = _seal_row(conn, size)
-        with write_transaction(conn) as tx:
-            tx.execute(INSERT_SEAL, (*row[:5], note, row[6]))
-    ids = [r[0] for r in conn.execute("SELECT seal_id FROM cassette_seals ORDER BY seal_id")]
+        row = _seal_row(backend, size)
+        assert _insert_seal(posted, backend, (*row[:4], note)) is None
+    ids = [seal_id for (seal_id,) in backend.rows("SELECT seal_id FROM cassette_seals ORDER BY 1")]
     assert len(ids) == 5  # the fixture's own seal, then the four above
-    plain = verify_path(str(db_path))
+    plain = verify_path(backend.target)
     assert _tree_findings(plain) == [
         ("seal_mismatch", None, ids[1]),
         ("seal_mismatch", None, ids[2]),
     ]
-    pinned = verify_path(str(db_path), anchors=None, seal_key=PUBLIC, origin=origin)
+    pinned = verify_path(backend.target, anchors=None, seal_key=PUBLIC, origin=origin)
     assert _tree_findings(pinned) == [
         ("seal_mismatch", None, ids[1]),
         ("seal_mismatch", None, ids[2]),
@@ -1153,36 +1293,34 @@ def test_recorded_seals_are_checked_against_their_notes(
 
 
 def test_a_backup_of_a_ledger_that_fails_verify_is_refused_and_leaves_nothing(
-    tmp_path: Path,
+    backend: Ledger, clock: ManualClock, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    source = tmp_path / "ledger.db"
-    _mixed_ledger(source, ManualClock(), rounds=1)
-    with unguarded(source) as raw:
-        raw.execute("UPDATE cassette_receipts SET outcome = 'FAILURE'")
+    _differs_on_postgresql(
+        backend,
+        request,
+        "a PostgreSQL backup is a copy replayed from the journal: a row changed behind the"
+        " journal's back is not copied, so the copy verifies and the backup is sealed",
+    )
+    _mixed_ledger(backend.target, clock, rounds=1)
+    tamper(backend.target, "UPDATE cassette_receipts SET outcome = 'FAILURE'")
     target = tmp_path / "backup.db"
     with pytest.raises(CassetteError) as refused:
-        backup(source, target, KEY, clock=ManualClock())
+        backup(backend.target, target, KEY, clock=clock)
     assert refused.value.code is ErrorCode.VERIFY_FAILED
     assert "state_mismatch" in refused.value.message
     assert not target.exists() and not seal_path_for(target).exists()
-    conn = sqlite3.connect(source)
-    try:  # nothing was sealed for it either
-        assert conn.execute("SELECT count(*) FROM cassette_seals").fetchone()[0] == 0
-    finally:
-        conn.close()
+    assert backend.count("cassette_seals") == 0  # nothing was sealed for it either
 
 
 def test_verify_against_seals_needs_a_pinned_key_and_origin_and_some_seals(
-    mixed: Path, tmp_path: Path
+    cassette: MessageCassette, backend: Ledger, tmp_path: Path
 ) -> None:
-    conn = sqlite3.connect(mixed)
-    try:
-        seal = _seal_file(tmp_path, conn, 5)
-    finally:
-        conn.close()
+    for n in range(2):
+        cassette.post_message({"n": n}, "run", "USER")
+    seal = _seal_file(tmp_path, backend, 5)
     for key, origin in ((PUBLIC, None), (None, "o"), (None, None)):
         with pytest.raises(CassetteError) as refused:
-            verify_path(str(mixed), anchors=load_anchors(seal), seal_key=key, origin=origin)
+            verify_path(backend.target, anchors=load_anchors(seal), seal_key=key, origin=origin)
         assert refused.value.code is ErrorCode.INVALID_ARGUMENT
     empty = tmp_path / "no-seals"
     empty.mkdir()

@@ -17,10 +17,13 @@ from catalytic_cassette.errors import ErrorCode
 from catalytic_cassette.seals import record_seal
 from catalytic_cassette.verify import verify_path
 
+from .backends import Ledger
 from .conftest import file_digest
 
-pytestmark = pytest.mark.sqlite_only(
-    reason=("attacks by someone who writes the SQLite file (triggers dropped, writable_schema)")
+# What only someone who writes the SQLite file can do; the JSON guards below run on both.
+SQLITE_FILE = pytest.mark.sqlite_only(
+    reason="attacks by someone who writes the SQLite file (a client clock, look-alike"
+    " functions, triggers dropped, writable_schema, ANALYZE)"
 )
 
 T0 = 1_700_000_000_000
@@ -59,6 +62,7 @@ def kinds(path: Path) -> set[str]:
     return {f.kind.value for f in verify_path(str(path), now_ms=T0 + 60_000).errors}
 
 
+@SQLITE_FILE
 def test_a_date_past_the_year_9999_is_refused_and_honest_claims_keep_working(
     ledger: Path,
 ) -> None:
@@ -90,6 +94,39 @@ def test_a_date_past_the_year_9999_is_refused_and_honest_claims_keep_working(
     assert "time_in_future" in kinds(ledger)
 
 
+@pytest.fixture
+def posted(backend: Ledger) -> Ledger:
+    """``ledger``'s message, on the backend under test."""
+    with backend.open() as cassette:
+        cassette.post_message({"a": 1}, "r1", "USER")
+    return backend
+
+
+def raw_message(backend: Ledger, run_id: str, payload: str) -> ErrorCode | None:
+    """A message inserted as the strongest SQL client of each backend: on SQLite the
+    look-alike (it journals, passes every check that calls a function), on PostgreSQL the
+    database owner. The code it is refused with, or None."""
+    if backend.postgresql:
+        return backend.raw_sql(
+            "INSERT INTO cassette_messages (run_id, source, payload_json) VALUES (?, 'USER', ?)",
+            run_id,
+            payload,
+        )
+    conn = look_alike(Path(backend.target), backend.now_ms())
+    try:
+        conn.execute(
+            "INSERT INTO cassette_messages (run_id, source, payload_json, created_at)"
+            " VALUES (?, 'USER', ?, ?)",
+            (run_id, payload, backend.now_ms()),
+        )
+    except sqlite3.IntegrityError as error:
+        assert str(error).startswith("INVALID_PAYLOAD: "), str(error)
+        return ErrorCode.INVALID_PAYLOAD
+    finally:
+        conn.close()
+    return None
+
+
 @pytest.mark.parametrize(
     "payload",
     [
@@ -101,38 +138,30 @@ def test_a_date_past_the_year_9999_is_refused_and_honest_claims_keep_working(
     ],
     ids=["high", "low", "key", "deep-arrays", "deep-objects"],
 )
+@pytest.mark.both_backends
 def test_json_the_api_cannot_read_back_is_refused_for_any_connection(
-    ledger: Path, payload: str
+    posted: Ledger, payload: str
 ) -> None:
-    before = file_digest(ledger)
-    conn = look_alike(ledger)
-    with pytest.raises(sqlite3.IntegrityError, match=r"^INVALID_PAYLOAD: "):
-        conn.execute(
-            "INSERT INTO cassette_messages (run_id, source, payload_json, created_at)"
-            " VALUES ('r1', 'USER', ?, ?)",
-            (payload, T0),
-        )
-    conn.close()
-    assert file_digest(ledger) == before
-    with MessageCassette(ledger, clock=ManualClock(T0)) as cassette:
+    before = file_digest(posted.target)  # type: ignore[arg-type]
+    assert raw_message(posted, "r1", payload) is ErrorCode.INVALID_PAYLOAD
+    assert file_digest(posted.target) == before  # type: ignore[arg-type]
+    with posted.open() as cassette:
         assert cassette.claim_step("r1", "w1", 60)["payload"] == {"a": 1}
 
 
-def test_json_the_api_reads_is_accepted(ledger: Path) -> None:
+@pytest.mark.both_backends
+def test_json_the_api_reads_is_accepted(posted: Ledger) -> None:
     """The walk refuses only what it must: a surrogate pair, Arabic text, 1024 levels."""
-    conn = look_alike(ledger)
-    for payload in (
+    payloads = (
         '{"a":"\\ud83d\\ude00"}',
         '{"a":"\u068e\u069e \u00e9"}',
         '{"a":' + "[" * 1023 + "]" * 1023 + "}",
         '{"a":' + "1" * 18 + "}",
-    ):
-        conn.execute(
-            "INSERT INTO cassette_messages (run_id, source, payload_json, created_at)"
-            " VALUES ('r9', 'USER', ?, ?)",
-            (payload, T0),
-        )
-    conn.close()
+    )
+    for payload in payloads:
+        assert raw_message(posted, "r9", payload) is None, payload
+    stored = posted.rows("SELECT payload_json FROM cassette_messages WHERE run_id = 'r9'")
+    assert [text for (text,) in stored] == list(payloads)  # as written
 
 
 def _loosen_and_store(path: Path, table: str, loose: str, insert: str) -> None:
@@ -158,6 +187,7 @@ def _loosen_and_store(path: Path, table: str, loose: str, insert: str) -> None:
     db.close()
 
 
+@SQLITE_FILE
 @pytest.mark.parametrize("table", ["cassette_tree_nodes", "cassette_seals"])
 def test_a_value_of_a_forbidden_type_is_a_finding_not_a_traceback(ledger: Path, table: str) -> None:
     if table == "cassette_tree_nodes":
@@ -178,6 +208,7 @@ def test_a_value_of_a_forbidden_type_is_a_finding_not_a_traceback(ledger: Path, 
     assert "corrupt" in {f.kind.value for f in report.errors}
 
 
+@SQLITE_FILE
 def test_a_squatted_checkpoint_id_is_refused_to_the_honest_writer(tmp_path: Path) -> None:
     path = tmp_path / "chain.db"
     context = {"step": 3}
@@ -205,6 +236,7 @@ def test_a_squatted_checkpoint_id_is_refused_to_the_honest_writer(tmp_path: Path
     assert "checkpoint_id" in kinds(path)
 
 
+@SQLITE_FILE
 def test_a_table_named_like_sqlite_statistics_is_an_extra_table(ledger: Path) -> None:
     db = sqlite3.connect(ledger, isolation_level=None)
     db.execute("CREATE TABLE stolen (secret, payload, n)")
@@ -219,6 +251,7 @@ def test_a_table_named_like_sqlite_statistics_is_an_extra_table(ledger: Path) ->
     assert "schema_extra" in kinds(ledger)
 
 
+@SQLITE_FILE
 def test_real_statistics_are_only_a_warning(ledger: Path) -> None:
     db = sqlite3.connect(ledger, isolation_level=None)
     db.execute("ANALYZE")
@@ -228,6 +261,7 @@ def test_real_statistics_are_only_a_warning(ledger: Path) -> None:
     assert "planner_statistics" in {f.kind.value for f in report.findings}
 
 
+@SQLITE_FILE
 def test_a_rewritten_ledger_id_no_longer_matches_its_seals(ledger: Path) -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 

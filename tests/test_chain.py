@@ -13,7 +13,6 @@ import re
 import sqlite3
 import stat
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,8 @@ from catalytic_cassette.migrate import current_version
 from catalytic_cassette.verify import VerifyReport, verify_path
 
 from . import backends
-from .backends import Ledger, package_idle
-from .conftest import dump
+from .backends import Ledger, package_idle, sql_literal
+from .conftest import dump, tamper
 
 pytestmark = pytest.mark.both_backends
 
@@ -91,21 +90,6 @@ def at_now(ledger: Ledger, timestamp: int | None) -> bool:
     if not ledger.postgresql:
         return timestamp == now
     return timestamp is not None and now - 5_000 <= timestamp <= now
-
-
-@contextmanager
-def triggers_dropped(path: Path) -> Iterator[sqlite3.Connection]:
-    """A raw autocommit connection without any persistent trigger; restored afterwards."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    saved = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
-    for name, _sql in saved:
-        conn.execute(f'DROP TRIGGER "{name}"')
-    try:
-        yield conn
-    finally:
-        for _name, sql in saved:
-            conn.execute(sql)
-        conn.close()
 
 
 def kinds_for(report: VerifyReport, action_id: str) -> set[str]:
@@ -1384,38 +1368,24 @@ def test_verify_names_unsigned_and_foreign_actions(
     assert kinds_for(foreign, uid(2)) == {"unsigned_action"}
 
 
-@pytest.mark.sqlite_only(
-    reason="drops every trigger of the file to edit a row; PostgreSQL's owner tampering"
-    " is tests/test_postgres_chain_extras.py's (bad_signature)"
-)
-@pytest.mark.parametrize("tamper", ["signature", "signature-garbage", "function_name"])
+@pytest.mark.parametrize("edit", ["signature", "signature-garbage", "function_name"])
 def test_an_edited_signed_row_is_a_bad_signature(
-    keys: tuple[Path, Path], db_path: Path, clock: ManualClock, tamper: str
+    keys: tuple[Path, Path], db_path: Path, clock: ManualClock, edit: str
 ) -> None:
+    """A signed action's row edited by someone who owns the storage (SQLite's triggers
+    dropped; PostgreSQL's superuser with triggers off): verify names the signature."""
     key_path, pub_path = keys
     with CausalChain(db_path, clock=clock, signing_key=key_path) as chain:
         first = chain.append_action(act(action_id=uid(1)))
-        chain.append_action(act(action_id=uid(2)))
-    with triggers_dropped(db_path) as conn:
-        if tamper == "function_name":
-            conn.execute(
-                "UPDATE cassette_actions SET function_name = 'forged' WHERE action_id = ?",
-                (uid(1),),
-            )
-        else:
-            value = "not base64!"
-            if tamper == "signature":  # a real signature, but of another action
-                value = conn.execute(
-                    "SELECT json_extract(metadata_json, '$.signature') FROM cassette_actions"
-                    " WHERE action_id = ?",
-                    (uid(2),),
-                ).fetchone()[0]
-                assert value != first.metadata["signature"]
-            conn.execute(
-                "UPDATE cassette_actions SET metadata_json ="
-                " json_set(metadata_json, '$.signature', ?) WHERE action_id = ?",
-                (value, uid(1)),
-            )
+        second = chain.append_action(act(action_id=uid(2)))
+    if edit == "function_name":
+        change = "function_name = 'forged'"
+    else:  # a real signature, but of another action; or none at all
+        signature = second.metadata["signature"] if edit == "signature" else "not base64!"
+        assert signature != first.metadata["signature"]
+        metadata = json.dumps({**first.metadata, "signature": signature})
+        change = f"metadata_json = {sql_literal(metadata)}"
+    tamper(db_path, f"UPDATE cassette_actions SET {change} WHERE action_id = '{uid(1)}'")
     report = verify_path(str(db_path), public_key=signing.load_public(pub_path))
     found = kinds_for(report, uid(1))
     assert "bad_signature" in found

@@ -167,6 +167,25 @@ def test_prove_receipt_finds_the_committing_entry(sealed: dict[str, Any]) -> Non
     )
 
 
+def test_a_consistency_proof_from_a_newer_seal_to_an_older_is_refused(
+    sealed: dict[str, Any],
+) -> None:
+    """INVALID_ARGUMENT, exit 1, one line on stderr, on both backends (on PostgreSQL the
+    tree rebuilt from the bodies raised a bare ValueError until this test: a traceback)."""
+    db, older = sealed["db"], sealed["seal"]["path"]
+    payload = sealed["tmp"] / "more.json"
+    payload.write_text('{"more": 1}')
+    ok(run(db, "post", "--payload", str(payload), "--run-id", "r", "--source", "USER"))
+    newer = ok(run(db, "seal", "--key", str(sealed["key"]), "--out", str(sealed["tmp"])))["path"]
+    before = file_digest(db)
+    result = run(db, "prove", "consistency", newer, older)
+    assert result.exit_code == 1, (result.stdout, result.stderr, result.exception)
+    assert result.stderr.startswith("error: INVALID_ARGUMENT: ") and result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert file_digest(db) == before
+    assert ok(run(db, "prove", "consistency", older, newer))["old_size"] == 9
+
+
 def test_refusals_change_nothing(sealed: dict[str, Any], backend: Ledger) -> None:
     db = sealed["db"]
     before = file_digest(db)

@@ -31,7 +31,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from catalytic_cassette import CassetteError, ErrorCode, ManualClock, write_transaction
 from catalytic_cassette.actions import COLUMNS, Action
@@ -195,11 +201,12 @@ RAW_INSERT = (
 )
 
 
-def raw_action(conn: sqlite3.Connection, now_ms: int, **fields: Any) -> dict[str, Any]:
-    """Every column of a valid-looking action row, next action_seq; fields override."""
-    seq = conn.execute("SELECT coalesce(max(action_seq), 0) + 1 FROM cassette_actions")
+def raw_action(conn: sqlite3.Connection | None, now_ms: int, **fields: Any) -> dict[str, Any]:
+    """Every column of a valid-looking action row, next action_seq (None without a
+    connection: a PostgreSQL server numbers it); fields override."""
+    seq = "SELECT coalesce(max(action_seq), 0) + 1 FROM cassette_actions"
     row: dict[str, Any] = {
-        "action_seq": seq.fetchone()[0],
+        "action_seq": None if conn is None else conn.execute(seq).fetchone()[0],
         "action_id": str(uuid.uuid4()),
         "parent_action_id": None,
         "plan_id": "plan",
@@ -256,7 +263,10 @@ def journal_length(conn: sqlite3.Connection | CausalChain) -> int:
     return int(conn.execute("SELECT count(*) FROM cassette_journal").fetchone()[0])
 
 
-def action_count(conn: sqlite3.Connection) -> int:
+def action_count(conn: sqlite3.Connection | CausalChain) -> int:
+    """Actions stored: through a SQLite connection, or a ledger of either backend."""
+    if isinstance(conn, CausalChain):
+        return int(backends.rows(conn.db_path, "SELECT count(*) FROM cassette_actions")[0][0])
     return int(conn.execute("SELECT count(*) FROM cassette_actions").fetchone()[0])
 
 
@@ -302,13 +312,19 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.dir = Path(tempfile.mkdtemp(prefix="cassette-lifecycle-"))
-        self.path = self.dir / "ledger.db"
-        self.clock = ManualClock()
-        self.chain = CausalChain(self.path, clock=self.clock)
-        self.raw = sqlite3.connect(self.path)  # default settings, as an attacker opens it
+        self.open_ledger()
         self.plan_ids = ["plan-0", "plan-1", "plan-2"]
         self.law = Law(self.plan_ids)
+
+    def open_ledger(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="cassette-lifecycle-"))
+        self.path: Path | str = self.dir / "ledger.db"
+        self.clock: Any = ManualClock()
+        self.chain = CausalChain(self.path, clock=self.clock)
+        self.raw: Any = sqlite3.connect(self.path)  # default settings, as an attacker opens it
+
+    def raw_idle(self) -> bool:
+        return not self.raw.in_transaction
 
     def teardown(self) -> None:
         self.raw.close()
@@ -520,23 +536,22 @@ class LifecycleMachine(RuleBasedStateMachine):
             action_type="PlanPaused",
             parent_action_id=plan.started,
         )
-        conn = self.chain.conn
-        before, actions_before = journal_length(conn), action_count(conn)
+        before, actions_before = journal_length(self.chain), action_count(self.chain)
         new_checkpoint = 0 if cp in self.law.checkpoints else 1
         if expected is None:
             stored = self.chain.pause(plan_id, context)
             assert stored.action_type == "PlanPaused"
             assert stored.parent_action_id == plan.started
             assert stored.metadata == {"checkpoint_id": cp}
-            assert journal_length(conn) == before + 1 + new_checkpoint
+            assert journal_length(self.chain) == before + 1 + new_checkpoint
             self.law.checkpoints[cp] = (plan_id, context)
             self.law.record(stored)
             return
         with pytest.raises(CassetteError) as excinfo:
             self.chain.pause(plan_id, context)
         assert excinfo.value.code.value in codes, (codes, str(excinfo.value))
-        assert action_count(conn) == actions_before
-        assert journal_length(conn) == before  # a refused pause stores no checkpoint
+        assert action_count(self.chain) == actions_before
+        assert journal_length(self.chain) == before  # a refused pause stores no checkpoint
 
     @rule(data=st.data(), choice=st.sampled_from(["latest", "latest", "own", "other", "unknown"]))
     def resume(self, data: st.DataObject, choice: str) -> None:
@@ -591,8 +606,8 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @invariant()
     def no_transaction_is_left_open(self) -> None:
-        assert not self.chain.conn.in_transaction
-        assert not self.raw.in_transaction
+        assert package_idle(self.chain)
+        assert self.raw_idle()
 
     @invariant()
     def the_journal_holds_exactly_the_accepted_rows(self) -> None:
@@ -626,14 +641,78 @@ class LifecycleMachine(RuleBasedStateMachine):
 
 
 TestLifecycleLaw = pytest.mark.sqlite_only(
-    reason="every rule is also attacked through a raw sqlite3 connection beside the package's"
+    reason="the SQLite run of the machine: each rule also attacked through a raw sqlite3"
+    " connection; test_the_lifecycle_law_on_postgresql runs it as the database owner"
 )(LifecycleMachine.TestCase)
-TestLifecycleLaw.settings = settings(
+LIFECYCLE_SETTINGS = settings(
     max_examples=30,
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+TestLifecycleLaw.settings = LIFECYCLE_SETTINGS
+
+
+class PgLifecycleMachine(LifecycleMachine):
+    """The same law on a PostgreSQL ledger (a database copied per run from the session's
+    migrated template); the raw attacker is the database owner. The owner's insert of a
+    row the law allows is an append the server numbers, dates and journals (LAW.md
+    section 14), not an attack: only the rows the law refuses are tried raw."""
+
+    server = ""
+    template = ""
+
+    def open_ledger(self) -> None:
+        import psycopg
+
+        from . import postgres
+
+        self.path = postgres.clone_database(self.server, self.template)
+        self.clock = backends.ServerClock(self.path)  # advance(1): the owner's offset
+        self.chain = CausalChain(self.path)
+        self.raw = psycopg.connect(self.path)  # the owner, in a transaction of its own
+
+    def raw_idle(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return bool(self.raw.info.transaction_status == TransactionStatus.IDLE)
+
+    def attack_raw(self, codes: set[str], **fields: Any) -> None:
+        refusals = codes - {"JOURNAL_REQUIRED"}
+        if not refusals:
+            return
+        import psycopg
+
+        from catalytic_cassette.postgresql.connection import translate
+
+        row = raw_action(None, 0, **fields)
+        columns = [c for c, v in row.items() if c not in ("action_seq", "timestamp")]
+        before = dump(self.path)
+        with pytest.raises(psycopg.Error) as excinfo:
+            self.raw.execute(
+                f"INSERT INTO cassette_actions ({', '.join(columns)})"
+                f" VALUES ({', '.join('%s' for _ in columns)})",
+                [row[c] for c in columns],
+            )
+        self.raw.rollback()
+        assert translate(excinfo.value).code.value in refusals, (refusals, excinfo.value)
+        assert dump(self.path) == before
+
+    def teardown(self) -> None:
+        from . import postgres
+
+        self.raw.close()
+        self.chain.close()
+        postgres.drop_database(self.server, str(self.path))
+
+
+@pytest.mark.slow
+def test_the_lifecycle_law_on_postgresql(pg_server: str, pg_template: str) -> None:
+    PgLifecycleMachine.server, PgLifecycleMachine.template = pg_server, pg_template
+    # fewer runs than SQLite's 30: each copies a database and reads through the server
+    run_state_machine_as_test(
+        PgLifecycleMachine, settings=settings(LIFECYCLE_SETTINGS, max_examples=10)
+    )
 
 
 # ------------------------------------------------- 2. case by case, raw and package

@@ -26,7 +26,7 @@ from catalytic_cassette.hashing import sha256_hex
 from catalytic_cassette.timeline import parse_time
 
 from . import backends, postgres
-from .conftest import file_digest, unguarded
+from .conftest import file_digest, tampering, unguarded
 
 pytestmark = pytest.mark.both_backends
 
@@ -52,8 +52,9 @@ EXACT_TIME = pytest.mark.sqlite_only(
 RAW_SQLITE3 = pytest.mark.sqlite_only(reason="forges rows through a raw sqlite3 connection")
 QUERY_PLAN = pytest.mark.sqlite_only(reason="SQLite's EXPLAIN QUERY PLAN")
 SQLITE_SESSION = pytest.mark.sqlite_only(
-    reason="tampers or reads through the ledger's sqlite3 connection; PostgreSQL's session"
-    " verify and bundles: tests/test_postgres_chain_extras.py"
+    reason="rewrites the SQLite file's journal consistently, stored tree nodes included"
+    " (write_journal); PostgreSQL's consistent rewrite under a seal is"
+    " tests/test_postgres_chain_extras.py's (not_included)"
 )
 OLD_SQLITE = pytest.mark.sqlite_only(reason="a SQLite ledger made at schema version 4")
 
@@ -235,7 +236,6 @@ def test_an_effect_before_its_cause_is_refused(db_path: Path) -> None:
         assert file_digest(db_path) == before
 
 
-@RAW_SQLITE3
 def test_validate_causal_chain_reports_a_forged_order(chain: CausalChain, db_path: Path) -> None:
     root = chain.append_action(act(name="root"))
     middle = chain.append_action(act(name="middle", caused_by=root.action_id))
@@ -248,10 +248,11 @@ def test_validate_causal_chain_reports_a_forged_order(chain: CausalChain, db_pat
         "chain": [leaf.action_id, middle.action_id, root.action_id],
         "problems": [],
     }
-    with unguarded(db_path) as conn:  # someone who can write the file
-        conn.execute(
-            "UPDATE cassette_actions SET timestamp = timestamp + 5 WHERE action_id = ?",
-            (root.action_id,),
+    with tampering(db_path) as conn:  # someone who owns the storage
+        conn.execute(  # the root dated after the action it caused
+            "UPDATE cassette_actions SET timestamp = 5 + (SELECT timestamp FROM"
+            " cassette_actions WHERE action_id = ?) WHERE action_id = ?",
+            (middle.action_id, root.action_id),
         )
     result = chain.validate_causal_chain(leaf.action_id)
     assert not result["ok"]
@@ -613,16 +614,15 @@ def test_a_bad_plan_body_is_refused(
     assert file_digest(db_path) == before
 
 
-@RAW_SQLITE3
 def test_an_edited_plan_body_is_caught_on_read_and_by_session_verify(
     chain: CausalChain, db_path: Path
 ) -> None:
-    chain.append_action(act("PlanStarted", "triage", session_id="s", metadata={"plan_body": PLAN}))
-    with unguarded(db_path) as conn:
-        conn.execute(
-            "UPDATE cassette_actions SET metadata_json = json_set(metadata_json,"
-            " '$.plan_body', 'delete everything')"
-        )
+    started = chain.append_action(
+        act("PlanStarted", "triage", session_id="s", metadata={"plan_body": PLAN})
+    )
+    forged = json.dumps({**started.metadata, "plan_body": "delete everything"})
+    with tampering(db_path) as conn:
+        conn.execute("UPDATE cassette_actions SET metadata_json = ?", (forged,))
     with pytest.raises(CassetteError) as excinfo:
         chain.plan_body("p")
     refused(excinfo, ErrorCode.PLAN_HASH_MISMATCH)
@@ -642,7 +642,6 @@ def _two_sessions(chain: CausalChain) -> tuple[list[Any], list[Any]]:
     return mine + more, theirs
 
 
-@SQLITE_SESSION
 def test_session_verify_passes_and_reads_only_its_session(
     chain: CausalChain, db_path: Path
 ) -> None:
@@ -652,7 +651,7 @@ def test_session_verify_passes_and_reads_only_its_session(
     assert "PASS: session mine verified (5 actions)" in ok.stderr
     # Damage another session's journal entry: the whole-ledger verify fails, the
     # session's own verify does not read it and still passes.
-    with unguarded(db_path) as conn:
+    with tampering(db_path) as conn:
         conn.execute(
             "UPDATE cassette_journal SET body = replace(body, '\"t1\"', '\"t9\"')"
             " WHERE row_key = ?",
@@ -664,22 +663,21 @@ def test_session_verify_passes_and_reads_only_its_session(
     assert_refused(invoke(db_path, "verify", "--session", "nobody"), "NOT_FOUND", exit_code=3)
 
 
-@RAW_SQLITE3
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
         (
-            "UPDATE cassette_actions SET function_name = 'forged' WHERE action_id = :id",
+            "UPDATE cassette_actions SET function_name = 'forged' WHERE action_id = ?",
             {("row_changed", 2)},
         ),
         (
             "UPDATE cassette_journal SET body = replace(body, '\"m2\"', '\"mX\"')"
-            " WHERE row_key = :id",
+            " WHERE row_key = ?",
             {("row_changed", 2), ("leaf_hash", 2)},
         ),
         # the next entry then has no predecessor to link to
         (
-            "DELETE FROM cassette_journal WHERE row_key = :id",
+            "DELETE FROM cassette_journal WHERE row_key = ?",
             {("unjournaled", 2), ("chain_hash", 3)},
         ),
     ],
@@ -688,8 +686,8 @@ def test_session_verify_names_the_edited_action(
     chain: CausalChain, db_path: Path, edit: str, expected: set[tuple[str, int]]
 ) -> None:
     mine, _ = _two_sessions(chain)
-    with unguarded(db_path) as conn:
-        conn.execute(edit, {"id": mine[2].action_id})
+    with tampering(db_path) as conn:
+        conn.execute(edit, (mine[2].action_id,))
     result = invoke(db_path, "verify", "--session", "mine", "--json")
     assert result.exit_code == 1
     index = {a.action_id: n for n, a in enumerate(mine)}
@@ -922,12 +920,18 @@ def test_session_verify_reports_a_journal_body_that_is_not_an_entry(
     assert [(f["kind"], f["action_id"]) for f in findings] == [("unjournaled", mine[0].action_id)]
 
 
-@SQLITE_SESSION
+def _bundle(db_path: Path, scope: str, value: str) -> list[bytes]:
+    """A bundle's lines, read as `cassette export` reads either backend."""
+    from catalytic_cassette.bundle import bundle_lines
+
+    with backends.proof_source(db_path) as source:
+        return list(bundle_lines(source, scope, value))
+
+
 def test_session_verify_and_bundles_through_the_api(
     chain: CausalChain, db_path: Path, tmp_path: Path
 ) -> None:
-    from catalytic_cassette.bundle import export_lines, verify_bundle
-    from catalytic_cassette.seals import record_seal
+    from catalytic_cassette.bundle import verify_bundle
     from catalytic_cassette.session_verify import verify_session_path
     from catalytic_cassette.signing import generate, load_private, load_public
 
@@ -938,24 +942,25 @@ def test_session_verify_and_bundles_through_the_api(
         verify_session_path(str(db_path), "nobody")
     refused(excinfo, ErrorCode.NOT_FOUND)
     with pytest.raises(CassetteError) as excinfo:
-        list(export_lines(chain.conn, "session_id", "mine"))  # nothing sealed yet
+        _bundle(db_path, "session_id", "mine")  # nothing sealed yet
     refused(excinfo, ErrorCode.NOT_FOUND)
     private, public = generate(str(tmp_path / "api"))
-    seal = record_seal(chain.conn, load_private(private), now_ms=chain.now_ms(), origin=None)
-    data = b"\n".join(export_lines(chain.conn, "session_id", "mine")) + b"\n"
+    seal = chain.seal(load_private(private))
+    data = b"\n".join(_bundle(db_path, "session_id", "mine")) + b"\n"
     key = load_public(public)
     checked = verify_bundle(data, key, seal.origin)
     assert checked["ok"] and checked["entries"] == 5 and checked["size"] == seal.tree_size
     expected = [
-        chain.conn.execute(
+        backends.rows(
+            db_path,
             "SELECT seq FROM cassette_journal WHERE tbl = 'cassette_actions' AND row_key = ?",
-            (a.action_id,),
-        ).fetchone()[0]
+            a.action_id,
+        )[0][0]
         for a in mine
     ]
     assert [json.loads(line)["seq"] for line in data.splitlines()[1:]] == expected
     assert verify_bundle(b"", key, seal.origin)["problem"] == "malformed"
     assert verify_bundle(data, key, "other/origin")["ok"] is False
     with pytest.raises(CassetteError) as excinfo:
-        list(export_lines(chain.conn, "intent_id", "i"))
+        _bundle(db_path, "intent_id", "i")
     refused(excinfo, ErrorCode.INVALID_ARGUMENT)

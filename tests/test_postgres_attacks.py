@@ -322,3 +322,77 @@ def test_the_schema_takes_no_object_from_a_role(seeded: str, owner: Any) -> None
         )
     finally:
         owner.execute("REVOKE CREATE ON SCHEMA public FROM cassette_worker")
+
+
+# ------------------------------------------- the step state machine, pair by pair
+#
+# test_sql_rules.py's allow-list, every (old, new) status pair bare and dressed as the
+# target state, given to the owner on a copy of the same ledger (build_ledger there).
+
+
+@pytest.fixture(scope="module")
+def rules_ledger(pg_server: str, pg_template: str) -> Iterator[str]:
+    """The name of a database holding test_sql_rules' ledger (step ids 1-5 in the same
+    states), built once; the server's offset stands in for its ManualClock."""
+    from . import postgres
+    from .backends import Ledger
+    from .test_sql_rules import build_ledger
+
+    url = postgres.clone_database(pg_server, pg_template)
+    try:
+        with MessageCassette(url) as cassette:
+            build_ledger(cassette, Ledger("postgresql", url).clock)  # type: ignore[arg-type]
+        yield postgres.database_name(url)
+    finally:
+        postgres.drop_database(pg_server, url)
+
+
+def expected_of_the_owner(old: str, new: str, dressed: bool) -> ErrorCode | None:
+    """SQLite's code for the pair, but where a raw sqlite3 connection can only fail closed
+    (JOURNAL_REQUIRED: legal-looking, and it cannot journal) the server journals the
+    owner's write and judges it as the API's: a claim of a pending step is taken, a
+    requeue of step 2's live lease is LEASE_NOT_EXPIRED."""
+    from .test_sql_rules import expected_transition_code
+
+    code = expected_transition_code(old, new, dressed)
+    if code is not ErrorCode.JOURNAL_REQUIRED:
+        return code
+    return None if new == "LEASED" else ErrorCode.LEASE_NOT_EXPIRED
+
+
+@pytest.mark.parametrize("dressed", [False, True], ids=["status-only", "with-target-lease"])
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (old, new)
+        for old in ("PENDING", "LEASED", "COMMITTED")
+        for new in ("PENDING", "LEASED", "COMMITTED")
+    ],
+    ids=str.lower,
+)
+def test_every_status_pair_follows_the_allow_list_for_the_owner(
+    pg_server: str, rules_ledger: str, old: str, new: str, dressed: bool
+) -> None:
+    from catalytic_cassette.verify import verify_path
+
+    from . import postgres
+    from .backends import Ledger
+    from .test_sql_rules import DRESS, LATER, STEP_IN, upd
+
+    url = postgres.clone_database(pg_server, rules_ledger)
+    try:
+        ledger = Ledger("postgresql", url)
+        # a forged lease that expires after the server's now (SQLite's LATER is 2023)
+        dress = DRESS[new].replace(LATER, "(SELECT time_ms FROM cassette_head) + 999000")
+        sql = upd(STEP_IN[old], f"status = '{new}'" + (dress if dressed else ""))
+        before = ledger.journal()
+        expected = expected_of_the_owner(old, new, dressed)
+        assert ledger.raw_sql(sql) is expected
+        after = ledger.journal()
+        if expected is None:  # journaled by the server, as the API's claim is
+            assert after[:-1] == before and len(after) == len(before) + 1
+            assert verify_path(url, now_ms=ledger.now_ms()).ok
+        else:
+            assert after == before
+    finally:
+        postgres.drop_database(pg_server, url)

@@ -29,7 +29,8 @@ from catalytic_cassette.reasoning import (
     reconstruct_reasoning,
 )
 
-from .backends import Ledger
+from . import backends
+from .backends import BACKENDS, Ledger
 
 pytestmark = pytest.mark.both_backends
 
@@ -606,8 +607,21 @@ class Forest:
 
 
 @contextmanager
-def stored(forest: Forest) -> Iterator[CausalChain]:
-    """A fresh ledger per example (tmp_path is per test, not per example)."""
+def stored(forest: Forest, request: pytest.FixtureRequest, kind: str) -> Iterator[CausalChain]:
+    """A fresh ledger per example (tmp_path is per test, not per example): a SQLite file,
+    or a PostgreSQL database copied from the session's migrated template."""
+    if kind == "postgresql":
+        from . import postgres
+
+        server = request.getfixturevalue("pg_server")
+        url = postgres.clone_database(server, request.getfixturevalue("pg_template"))
+        try:
+            with CausalChain(url) as chain:
+                chain.append_actions(forest.actions())
+                yield chain
+        finally:
+            postgres.drop_database(server, url)
+        return
     with (
         tempfile.TemporaryDirectory(prefix="cassette-reasoning-") as directory,
         CausalChain(Path(directory) / "forest.db", clock=ManualClock(START_MS)) as chain,
@@ -616,17 +630,27 @@ def stored(forest: Forest) -> Iterator[CausalChain]:
         yield chain
 
 
-@pytest.mark.sqlite_only(
-    reason="a fresh ledger per Hypothesis example; on PostgreSQL each would be a database"
-    " clone (the known answers and the 2,000-deep chain run on both)"
-)
+def downstream_ids(chain: CausalChain, action_id: str) -> list[str]:
+    """What downstream answers, through the chain and, on SQLite, the module function that
+    reads a sqlite3 connection too (they must agree)."""
+    found = [a.action_id for a in chain.downstream(action_id)]
+    if not backends.is_postgresql(chain.db_path):
+        assert downstream(chain.conn, action_id) == found
+    return found
+
+
+# A fresh ledger per Hypothesis example: on PostgreSQL a database copied per example.
+EACH_BACKEND = pytest.mark.parametrize("kind", BACKENDS)
+
+
+@EACH_BACKEND
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=FORESTS, data=st.data())
 def test_chains_and_downstream_match_a_naive_walk(
-    nodes: list[tuple[Any, ...]], data: st.DataObject
+    request: pytest.FixtureRequest, kind: str, nodes: list[tuple[Any, ...]], data: st.DataObject
 ) -> None:
     forest = Forest(nodes)
-    with stored(forest) as chain:
+    with stored(forest, request, kind) as chain:
         for i in range(len(nodes)):
             path = forest.path(i)
             found = chain.build_causal_chain(uid(i))
@@ -634,7 +658,7 @@ def test_chains_and_downstream_match_a_naive_walk(
             assert [e["depth"] for e in found["chain"]] == list(range(len(path)))
             assert [e["caused_by"] for e in found["chain"]] == [forest.cause_id(j) for j in path]
             assert (found["length"], found["truncated"]) == (len(path), False)
-            assert downstream(chain.conn, uid(i)) == [uid(j) for j in forest.below(i)]
+            assert downstream_ids(chain, uid(i)) == [uid(j) for j in forest.below(i)]
         for i in data.draw(st.lists(st.integers(0, len(nodes) - 1), max_size=5), label="picks"):
             limit = data.draw(st.integers(min_value=0, max_value=12), label="max_depth")
             path = forest.path(i)
@@ -646,34 +670,33 @@ def test_chains_and_downstream_match_a_naive_walk(
             ]
 
 
-@pytest.mark.sqlite_only(
-    reason="a fresh ledger per Hypothesis example; on PostgreSQL each would be a database"
-    " clone (the known answers and the 2,000-deep chain run on both)"
-)
+@EACH_BACKEND
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=st.just([]) | FORESTS)
-def test_causality_stats_match_a_naive_computation(nodes: list[tuple[Any, ...]]) -> None:
+def test_causality_stats_match_a_naive_computation(
+    request: pytest.FixtureRequest, kind: str, nodes: list[tuple[Any, ...]]
+) -> None:
     forest = Forest(nodes)
-    with stored(forest) as chain:
+    with stored(forest, request, kind) as chain:
         for plan_id in (None, *PLANS, "nowhere"):
             for session_id in (None, "s0", "s1", "nowhere"):
                 found = chain.causality_stats(plan_id=plan_id, session_id=session_id)
                 assert found == forest.stats(plan_id, session_id), (plan_id, session_id)
 
 
-@pytest.mark.sqlite_only(reason="the naive walks' ledger is SQLite's (stored(), as above)")
-def test_a_deep_forest_has_the_naive_depths() -> None:
+@EACH_BACKEND
+def test_a_deep_forest_has_the_naive_depths(request: pytest.FixtureRequest, kind: str) -> None:
     nodes: list[tuple[Any, ...]] = [
         (-1, PLANS[i % 2], SESSIONS[i % 3], i % 4 == 0, None) for i in range(300)
     ]
     nodes[150] = (None, "p0", None, False, "decision")  # a second root midway
     forest = Forest(nodes)
-    with stored(forest) as chain:
+    with stored(forest, request, kind) as chain:
         assert chain.causality_stats() == forest.stats(None, None)
         assert chain.causality_stats()["max_chain_length"] == 149
         assert chain.causality_stats("p1")["root_causes"] == 0
         assert chain.build_causal_chain(uid(299))["length"] == 150
-        assert downstream(chain.conn, uid(150)) == [uid(j) for j in range(151, 300)]
+        assert downstream_ids(chain, uid(150)) == [uid(j) for j in range(151, 300)]
 
 
 # ---------------------------------------------- 3. one statement, searched by index

@@ -1,11 +1,15 @@
-"""verify catches tampering by someone who can write the file, and names the row."""
+"""verify catches tampering by someone who owns the storage, and names the row: on SQLite
+who writes the file (triggers dropped, bytes flipped), on PostgreSQL the superuser with
+ordinary triggers off (``conftest.tampering``)."""
 
 from __future__ import annotations
 
 import random
+import shutil
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -15,7 +19,6 @@ from catalytic_cassette.artifacts import default_root
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.clock import SystemClock
 from catalytic_cassette.connection import connect_readonly, read_transaction
-from catalytic_cassette.seals import record_seal
 from catalytic_cassette.verify import (
     LEDGER_TABLES,
     VerifyOptions,
@@ -26,19 +29,19 @@ from catalytic_cassette.verify import (
 )
 from catalytic_cassette.worker_keys import WorkerKey
 
-from .conftest import dump, unguarded, write_journal
+from . import backends
+from .backends import BACKENDS
+from .conftest import dump, tampering, unguarded, write_journal
 
-pytestmark = pytest.mark.sqlite_only(
-    reason=(
-        "tampering with the SQLite file's bytes and schema (PostgreSQL's verify: "
-        "test_postgres_verify.py)"
-    )
+SQLITE_VERIFIER = pytest.mark.sqlite_only(
+    reason="the SQLite verifier's own machinery (its state thread, snapshots, the quick"
+    " level split between processes); PostgreSQL's verify replays the rows it mirrors"
 )
 
 
-def _build(path: Path) -> None:
-    clock = ManualClock()
-    with MessageCassette(path, clock=clock) as cassette:
+def _build(path: Path | str) -> None:
+    clock: dict[str, Any] = {} if backends.is_postgresql(path) else {"clock": ManualClock()}
+    with MessageCassette(path, **clock) as cassette:
         for n in range(4):
             cassette.post_message({"n": n}, "run-a", "USER", f"k{n}")
         cassette.post_message(
@@ -55,13 +58,13 @@ def _build(path: Path) -> None:
             cassette.requeue("run-a", held["step_id"], worker_id="w4", fencing_token=token)
         cassette.claim_step("run-b", "w5", 60)
     signer = WorkerKey("w6", Ed25519PrivateKey.generate())
-    with MessageCassette(path, clock=clock, worker_key=signer) as cassette:
+    with MessageCassette(path, worker_key=signer, **clock) as cassette:
         cassette.post_message({"signed": True}, "run-c", "WORKER")
         step = cassette.claim_step("run-c", "w6", 60)
         cassette.complete_step(
             "run-c", step["step_id"], "w6", step["fencing_token"], {"w": "w6"}, "SUCCESS"
         )
-    with CausalChain(path, clock=clock) as chain:
+    with CausalChain(path, **clock) as chain:
         root = chain.append_action(
             {
                 "plan_id": "p",
@@ -84,9 +87,9 @@ def _build(path: Path) -> None:
             )
         chain.save_checkpoint("p", {"cursor": 1})
         key = Ed25519PrivateKey.generate()
-        record_seal(chain.conn, key, now_ms=clock.now_ms(), origin=None)
+        chain.seal(key)
         chain.save_checkpoint("p", {"cursor": 2})
-        record_seal(chain.conn, key, now_ms=clock.now_ms(), origin=None)
+        chain.seal(key)
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +101,7 @@ def healthy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def ledger(healthy: Path, tmp_path: Path) -> Path:
+    """A copy of the healthy SQLite ledger, the test's to damage."""
     copy = tmp_path / "copy.db"
     source = sqlite3.connect(healthy)
     target = sqlite3.connect(copy)
@@ -107,7 +111,42 @@ def ledger(healthy: Path, tmp_path: Path) -> Path:
     return copy
 
 
-def _verify(path: Path) -> VerifyReport:
+@pytest.fixture(scope="module", params=BACKENDS)
+def healthy_either(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The healthy ledger of each backend: a file, or the name of a database to copy."""
+    if request.param == "sqlite":
+        yield str(request.getfixturevalue("healthy"))
+        return
+    from . import postgres
+
+    server = request.getfixturevalue("pg_server")
+    url = postgres.clone_database(server, request.getfixturevalue("pg_template"))
+    try:
+        _build(url)
+        yield postgres.database_name(url)
+    finally:
+        postgres.drop_database(server, url)
+
+
+@pytest.fixture
+def either(healthy_either: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A copy of the healthy ledger of each backend (a path, or a URL), the test's."""
+    if healthy_either.endswith(".db"):
+        copy = tmp_path / "copy.db"
+        shutil.copyfile(healthy_either, copy)
+        yield copy
+        return
+    from . import postgres
+
+    server = request.getfixturevalue("pg_server")
+    url = postgres.clone_database(server, healthy_either)
+    try:
+        yield url
+    finally:
+        postgres.drop_database(server, url)
+
+
+def _verify(path: Path | str) -> VerifyReport:
     return verify_path(str(path))
 
 
@@ -115,8 +154,8 @@ def _named(report: VerifyReport, table: str, key: object) -> bool:
     return any(f.table == table and f.key == key for f in report.errors)
 
 
-def test_a_healthy_ledger_passes(ledger: Path) -> None:
-    report = _verify(ledger)
+def test_a_healthy_ledger_passes(either: Path) -> None:
+    report = _verify(either)
     assert report.ok, report.findings
     assert report.journal_rows > 20
     assert any("anchor" in note for note in report.notes)
@@ -125,7 +164,7 @@ def test_a_healthy_ledger_passes(ledger: Path) -> None:
 TABLES = sorted(LEDGER_TABLES)
 
 
-def _some_key(conn: sqlite3.Connection, table: str, offset: int = 0) -> object:
+def _some_key(conn: Any, table: str, offset: int = 0) -> object:
     key = LEDGER_TABLES[table][0]
     row = conn.execute(
         f"SELECT {key} FROM {table} ORDER BY {key} LIMIT 1 OFFSET ?", (offset,)
@@ -137,7 +176,7 @@ def _time_column(table: str) -> str:
     return "timestamp" if table == "cassette_actions" else "created_at"
 
 
-def _edit_column(conn: sqlite3.Connection, table: str) -> object:
+def _edit_column(conn: Any, table: str) -> object:
     key_col, _columns = LEDGER_TABLES[table]
     key = _some_key(conn, table)
     column = _time_column(table)
@@ -145,7 +184,7 @@ def _edit_column(conn: sqlite3.Connection, table: str) -> object:
     return key
 
 
-def _delete_row(conn: sqlite3.Connection, table: str) -> object:
+def _delete_row(conn: Any, table: str) -> object:
     key_col = LEDGER_TABLES[table][0]
     key = _some_key(conn, table)
     conn.execute(f"DELETE FROM {table} WHERE {key_col} = ?", (key,))
@@ -170,7 +209,7 @@ _FORGED_TEXT_KEYS = {
 }
 
 
-def _insert_forged(conn: sqlite3.Connection, table: str) -> object:
+def _insert_forged(conn: Any, table: str) -> object:
     key_col = LEDGER_TABLES[table][0]
     key = _some_key(conn, table)
     if table in _FORGED_TEXT_KEYS:
@@ -186,7 +225,7 @@ def _insert_forged(conn: sqlite3.Connection, table: str) -> object:
     return new_key
 
 
-def _swap_rows(conn: sqlite3.Connection, table: str) -> object:
+def _swap_rows(conn: Any, table: str) -> object:
     """Exchange the positions (integer primary keys) of two rows."""
     position = {"cassette_actions": "action_seq", "cassette_checkpoints": "checkpoint_seq"}.get(
         table, LEDGER_TABLES[table][0]
@@ -205,7 +244,7 @@ def _swap_rows(conn: sqlite3.Connection, table: str) -> object:
     ).fetchone()[0]
 
 
-TAMPERS: dict[str, Callable[[sqlite3.Connection, str], object]] = {
+TAMPERS: dict[str, Callable[[Any, str], object]] = {
     "edit": _edit_column,
     "delete": _delete_row,
     "forge": _insert_forged,
@@ -215,44 +254,51 @@ TAMPERS: dict[str, Callable[[sqlite3.Connection, str], object]] = {
 
 @pytest.mark.parametrize("table", TABLES)
 @pytest.mark.parametrize("tamper", sorted(TAMPERS))
-def test_tampering_with_triggers_dropped_is_named(ledger: Path, table: str, tamper: str) -> None:
-    with unguarded(ledger) as conn:
+def test_tampering_with_triggers_dropped_is_named(either: Path, table: str, tamper: str) -> None:
+    with tampering(either) as conn:
         key = TAMPERS[tamper](conn, table)
-    report = _verify(ledger)
+    report = _verify(either)
     assert not any(f.kind.startswith("schema") for f in report.findings)
     assert not report.ok
     assert _named(report, table, key), report.findings
 
 
-def test_an_edited_journal_body_is_named_by_seq(ledger: Path) -> None:
-    with unguarded(ledger) as conn:
+def test_an_edited_journal_body_is_named_by_seq(either: Path) -> None:
+    with tampering(either) as conn:
         conn.execute(
             "UPDATE cassette_journal SET body = replace(body, 'run-a', 'run-z') WHERE seq = 1"
         )
-    report = _verify(ledger)
+    report = _verify(either)
     assert not report.ok
     assert any(f.kind == "leaf_hash" and f.seq == 1 for f in report.errors)
 
 
-def test_a_deleted_journal_entry_is_a_gap(ledger: Path) -> None:
-    with unguarded(ledger) as conn:
+def test_a_deleted_journal_entry_is_a_gap(either: Path) -> None:
+    with tampering(either) as conn:
         conn.execute("DELETE FROM cassette_journal WHERE seq = 5")
-    report = _verify(ledger)
+    report = _verify(either)
     assert any(f.kind == "journal_gap" and f.seq == 6 for f in report.errors)
 
 
-def test_a_dropped_trigger_is_a_finding(ledger: Path) -> None:
-    conn = sqlite3.connect(ledger)
-    conn.execute("DROP TRIGGER cassette_receipts_no_update")
-    conn.commit()
-    conn.close()
-    report = _verify(ledger)
-    assert any(
-        f.kind == "schema_missing" and "cassette_receipts_no_update" in f.detail
-        for f in report.errors
-    )
+# The rule that keeps receipts unchanged: one trigger per event on SQLite, one on PostgreSQL.
+RECEIPTS_UNCHANGED = {
+    "sqlite": "DROP TRIGGER cassette_receipts_no_update",
+    "postgresql": "DROP TRIGGER cassette_receipts_no_change ON cassette_receipts",
+}
 
 
+def test_a_dropped_trigger_is_a_finding(either: Path) -> None:
+    """Dropped by the file's writer, or by the database owner (who owns the triggers)."""
+    backend = "postgresql" if backends.is_postgresql(either) else "sqlite"
+    drop = RECEIPTS_UNCHANGED[backend]
+    assert backends.raw_script(either, drop)
+    report = _verify(either)
+    name = drop.split()[2]
+    assert [(f.kind, f.table) for f in report.errors] == [("schema_missing", "cassette_receipts")]
+    assert name in report.errors[0].detail
+
+
+@pytest.mark.sqlite_only(reason="a trigger dropped and re-written in the SQLite file's schema")
 def test_an_edited_trigger_is_a_finding(ledger: Path) -> None:
     conn = sqlite3.connect(ledger)
     conn.execute("DROP TRIGGER cassette_messages_no_delete")
@@ -266,13 +312,14 @@ def test_an_edited_trigger_is_a_finding(ledger: Path) -> None:
     assert any(f.kind == "schema_changed" for f in report.errors)
 
 
-def test_an_expired_lease_is_a_warning_not_a_failure(ledger: Path) -> None:
+def test_an_expired_lease_is_a_warning_not_a_failure(either: Path) -> None:
     far_future = 10**13
-    report = verify_path(str(ledger), now_ms=far_future)
+    report = verify_path(str(either), now_ms=far_future)
     assert report.ok
     assert any(f.kind == "lease_expired" and f.severity == "warning" for f in report.findings)
 
 
+@pytest.mark.sqlite_only(reason="bytes flipped in the SQLite file")
 def test_random_byte_flips_never_pass_unnoticed(ledger: Path, tmp_path: Path) -> None:
     """Flip bytes in copies: a change that alters ledger content is always caught.
 
@@ -310,13 +357,13 @@ def test_random_byte_flips_never_pass_unnoticed(ledger: Path, tmp_path: Path) ->
 
 
 def test_progress_reports_every_journal_row_once(
-    ledger: Path, monkeypatch: pytest.MonkeyPatch
+    either: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from catalytic_cassette.verify import chain
 
     monkeypatch.setattr(chain, "PROGRESS_EVERY", 7)
     steps: list[int] = []
-    report = verify_path(str(ledger), progress=steps.append)
+    report = verify_path(str(either), progress=steps.append)
     assert report.ok
     assert sum(steps) == report.journal_rows
     assert steps[:-1] == [7] * (len(steps) - 1) and 0 < steps[-1] <= 7
@@ -342,6 +389,7 @@ def _kinds(report: VerifyReport) -> list[tuple[str, str | None, object, str]]:
     return [(f.kind, f.table, f.key, f.severity) for f in report.findings]
 
 
+@SQLITE_VERIFIER
 @pytest.mark.parametrize("tamper", sorted(TAMPERS))
 def test_the_threaded_verify_reports_what_the_inline_one_does(ledger: Path, tamper: str) -> None:
     with unguarded(ledger) as conn:
@@ -355,6 +403,7 @@ def test_the_threaded_verify_reports_what_the_inline_one_does(ledger: Path, tamp
     assert {"state_mismatch", "leaf_hash"} <= {f.kind for f in threaded.findings}
 
 
+@SQLITE_VERIFIER
 def test_the_state_thread_reads_the_same_snapshot_or_none(ledger: Path) -> None:
     conn = connect_readonly(ledger)
     try:
@@ -372,6 +421,10 @@ def test_the_state_thread_reads_the_same_snapshot_or_none(ledger: Path) -> None:
         conn.close()
 
 
+@pytest.mark.sqlite_only(
+    reason="a body re-rendered by another SQLite, every leaf, link and stored node rehashed"
+    " in the file (PostgreSQL's consistent rewrite: test_postgres_verify.py)"
+)
 def test_a_body_rendered_differently_but_equal_by_value_is_not_a_mismatch(
     ledger: Path,
 ) -> None:
@@ -407,6 +460,7 @@ def _rehash(conn: sqlite3.Connection) -> None:
     write_journal(conn, [body for (body,) in bodies])
 
 
+@SQLITE_VERIFIER
 def test_the_quick_level_hashed_in_two_processes_reports_what_one_does(
     ledger: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

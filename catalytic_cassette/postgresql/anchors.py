@@ -17,6 +17,7 @@ from ..errors import CassetteError, ErrorCode
 from ..hashing import ZERO_HASH, chain_hash, leaf_hash
 from ..note import Checkpoint, ed25519_key_id, sign_note
 from ..seals import ORIGIN_PREFIX, RESTORE_ADVICE, Seal, check_origin
+from ..tree import require_entry, require_size, require_sizes
 from . import connection
 from .sqlfiles import query
 
@@ -114,7 +115,8 @@ def record_seal(
 
 
 class _RebuiltTree:
-    """``proofs.ProofTree`` over a tree rebuilt from the bodies."""
+    """``proofs.ProofTree`` over a tree rebuilt from the bodies; what it cannot answer is
+    INVALID_ARGUMENT, as from SQLite's stored tree."""
 
     def __init__(self, tree: merkle.MemoryTree) -> None:
         self._tree = tree
@@ -123,12 +125,15 @@ class _RebuiltTree:
         return self._tree.size
 
     def root(self, size: int) -> bytes:
+        require_size(size, self._tree.size)
         return self._tree.root(size)
 
     def inclusion_proof(self, index: int, size: int) -> list[bytes]:
+        require_entry(index, size, self._tree.size)
         return self._tree.inclusion_proof(index, size)
 
     def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
+        require_sizes(old_size, new_size, self._tree.size)
         return self._tree.consistency_proof(old_size, new_size)
 
 
