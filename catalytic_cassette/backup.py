@@ -130,6 +130,14 @@ def backup(
     # a PostgreSQL ledger exported by a copy into a new file (one snapshot of its journal).
     source = MessageCassette(source_path, clock=clock)
     try:
+        if is_postgres_url(os.fspath(source_path)):
+            # The export below replays the journal, so the copy holds the journal's rows,
+            # not a row changed behind its back: the copy's verify cannot see such a
+            # change, the server's ledger must pass its own first (a SQLite snapshot is
+            # the file's bytes, and its verify sees everything).
+            found = verify_path(os.fspath(source_path), progress=progress)
+            if not found.ok:
+                raise _failed(found, "the ledger does not verify")
         _export(source.export_snapshot, target)
         created.append(target)
         report = verify_path(str(target), progress=progress)
