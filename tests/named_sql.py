@@ -42,6 +42,7 @@ _SENDERS = {"execute": 0, "executemany": 0, "copy": 0, "statement": 1, "batch": 
 # counted here, so a PostgreSQL statement cannot hide among them.
 SQLITE_STATEMENTS = {
     ("postgresql/verify.py", "_check_artifact_files"): 1,
+    ("postgresql/verify.py", "_check_head_time"): 1,
     ("postgresql/verify.py", "check_journal_columns"): 1,
     ("postgresql/verify.py", "Mirror.__init__"): 5,
     ("postgresql/verify.py", "Mirror.entries"): 1,

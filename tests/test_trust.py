@@ -454,8 +454,9 @@ def test_a_superuser_moving_the_heads_clock_back_shows_in_the_rows_it_dates(
 ) -> None:
     """The head's time and the owner's offset are the floor of the next write's date (SQLite
     derives its ledger time from the rows, a view; PostgreSQL keeps it in cassette_head).
-    Moved back by the superuser, nothing is misdated yet and verify has nothing to say; the
-    next write is dated before the rows already there, and verify names it."""
+    Moved back by the superuser, nothing is misdated yet, but verify names the head at once
+    (its time before the newest row's); the next write is dated before the rows already
+    there, and verify names those rows too."""
     ledger = backends.Ledger("postgresql", pg_ledger)
     with MessageCassette(pg_ledger) as cassette:
         cassette.post_message({"n": 1}, "r", "USER")
@@ -469,11 +470,13 @@ def test_a_superuser_moving_the_heads_clock_back_shows_in_the_rows_it_dates(
         "SET LOCAL session_replication_role = replica",
         "UPDATE cassette_head SET time_ms = 0, clock_offset_ms = 0",
     )
-    assert verify_path(pg_ledger, now_ms=later).ok
+    head = ("time_backwards", "cassette_head", None)
+    report = verify_path(pg_ledger, now_ms=later)
+    assert {(f.kind.value, f.table, f.key) for f in report.findings} == {head}
     with MessageCassette(pg_ledger) as cassette:
         cassette.post_message({"n": 3}, "r", "USER")
     report = verify_path(pg_ledger, now_ms=later)
-    assert {(f.kind.value, f.table, f.key) for f in report.findings} == {
+    assert {(f.kind.value, f.table, f.key) for f in report.findings} == {head} | {
         ("time_backwards", table, 3)
         for table in ("cassette_messages", "cassette_jobs", "cassette_steps")
     }

@@ -164,6 +164,7 @@ def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyRepo
                         mirror.copy_table(conn, table)
                 mirror.commit()
                 out.merge(_check_rows(mirror.conn, options, now_ms))
+                _check_head_time(conn, mirror.conn, out, tables)
                 if options.public_key is not None:
                     check_signatures(mirror.conn, out, options.public_key)
                 if options.worker_keys is not None:
@@ -290,6 +291,35 @@ def _check_head(
                 "the head's chain_hash is not the last entry's",
                 size - 1 if size else None,
                 "cassette_head",
+            )
+        )
+
+
+def _check_head_time(
+    conn: psycopg.Connection[Any], mirror: sqlite3.Connection, out: Collector, tables: list[str]
+) -> None:
+    """The head keeps the ledger's time (SQLite derives it from the rows): the floor of
+    the next write's date, so never before the newest row's. A head moved back would let
+    the next write be dated before the rows already there; said now, not after it."""
+    heads = conn.execute(query("verify_head_time")).fetchall()
+    if len(heads) != 1:
+        return  # (_check_head names a missing or doubled head)
+    newest = max(
+        (
+            int(row[0])
+            for table in tables
+            for row in mirror.execute(f"SELECT max({TABLES[table].dated_by}) FROM {table}")
+            if isinstance(row[0], int)
+        ),
+        default=None,
+    )
+    head_time = heads[0][0]
+    if newest is not None and (not isinstance(head_time, int) or head_time < newest):
+        out.add(
+            Finding(
+                FindingKind.TIME_BACKWARDS,
+                f"the head's time {head_time} is before the newest row's, {newest}",
+                table="cassette_head",
             )
         )
 

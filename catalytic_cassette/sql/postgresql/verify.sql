@@ -31,6 +31,9 @@ SELECT key, value FROM ONLY public.cassette_meta ORDER BY key COLLATE "C";
 -- name: verify_head
 SELECT next_seq, chain_hash FROM ONLY public.cassette_head;
 
+-- name: verify_head_time
+SELECT time_ms FROM ONLY public.cassette_head;
+
 -- name: verify_journal
 SELECT seq, body, leaf_hash, chain_hash, tbl, row_key FROM ONLY public.cassette_journal ORDER BY seq;
 
