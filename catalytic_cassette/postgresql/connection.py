@@ -306,15 +306,9 @@ def commit_early(
     conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]
 ) -> list[tuple[Any, ...]]:
     """One write statement in its own transaction, committed early, then flushed; its
-    rows. BEGIN, the setting, the statement and COMMIT go in one round trip (a pipeline).
-    A refusal rolls back (nothing was written) and leaves as CassetteError."""
-    try:
-        with conn.pipeline(), conn.transaction():
-            conn.execute(sqlfiles.query("commit_without_flush"))
-            cursor = conn.execute(sql, params)
-        rows = cursor.fetchall()
-    except (psycopg.Error, UnicodeEncodeError) as exc:
-        raise translate(exc) from exc
+    rows. A refusal wrote nothing and leaves as CassetteError."""
+    early = sqlfiles.query("statement_without_flush").format(statement=sql.rstrip("; \n"))
+    rows = [row[1:] for row in statement(conn, early, params)]
     flush(conn)
     return rows
 

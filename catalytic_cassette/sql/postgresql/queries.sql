@@ -506,6 +506,14 @@ SELECT j.seq, j.body FROM cassette_actions a
 -- Only the code that flushes ever turns synchronous commit off.
 SET LOCAL synchronous_commit = off;
 
+-- name: statement_without_flush
+-- The same for a write that is one statement, in that statement (its own transaction: no
+-- BEGIN and COMMIT round trips). The statement spliced in is one of the named write
+-- queries above (a SELECT), never a caller's text; the setting is made once per row it returns, and read only at the commit. A
+-- write that returns no row commits synchronously: slower, never less durable.
+SELECT set_config('synchronous_commit', 'off', true), written.*
+  FROM ({statement}) AS written;
+
 -- name: flush_commits
 -- A synchronous commit of a transaction that wrote WAL flushes the WAL up to its own
 -- commit record, so past every commit before it, this session's early one included; a
