@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +25,9 @@ from catalytic_cassette import CassetteError, ErrorCode, MessageCassette
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.hashing import ZERO_HASH, chain_hash, leaf_hash
 from catalytic_cassette.postgresql.connection import translate
+from catalytic_cassette.signing import generate
 from catalytic_cassette.verify import verify_path
+from catalytic_cassette.worker_keys import WorkerKey
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -211,6 +214,23 @@ def test_a_raw_noop_gets_no_transaction_id(seeded: str, name: str) -> None:
         (xid,) = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
         conn.execute("COMMIT")
     assert xid is None
+
+
+@pytest.mark.parametrize("act", ["claim", "requeue"])
+def test_a_signed_noop_takes_no_head(seeded: str, holder: Any, tmp_path: Path, act: str) -> None:
+    """A signing worker's claim with nothing PENDING, or its requeue of the run with no
+    lease due, asks first in a statement of its own: no head taken, nothing signed or
+    written (before 0013 its transaction took the head first: BUSY here)."""
+    key_path, _ = generate(str(tmp_path / "w3"))
+    key = WorkerKey.load("w3", key_path)
+    with connect(seeded) as owner:
+        before = (head_row(owner), tail(owner))
+        with MessageCassette(seeded, busy_timeout_ms=BUSY_MS, worker_key=key) as cassette:
+            if act == "claim":
+                assert cassette.claim_steps("idle", "w3", 2, 60) == []
+            else:
+                assert cassette.requeue(RUN) == []
+        assert (head_row(owner), tail(owner)) == before
 
 
 def test_a_repost_of_a_post_not_committed_waits_for_it(seeded: str, holder: Any) -> None:
@@ -461,3 +481,20 @@ def test_a_well_formed_tail_of_another_transaction_is_ignored(seeded: str) -> No
         worker.execute(WRITES["cassette_worker"])
         assert head(worker) == tail(worker)
     assert verify_path(seeded).ok
+
+
+def test_the_idle_poll_benchmark_runs(pg_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from . import postgres
+
+    sys.path.insert(0, str(postgres.SCRIPTS))  # for the benchmark's spawned processes too
+    try:
+        import bench_noop_pg
+
+        argv = [pg_server, "--seconds", "0.2", "--rounds", "1", "--pollers", "1"]
+        assert bench_noop_pg.main(argv) == 0
+    finally:
+        sys.path.remove(str(postgres.SCRIPTS))
+    printed = capsys.readouterr().out
+    assert "through 0012 (baseline)" in printed and "through 0013" in printed

@@ -116,6 +116,8 @@ class PgMessageCassette(PgLedger, MessageCassette):
             rows = self._write(
                 "claim", run_id=run_id, worker_id=worker_id, n=min(n, 2**31 - 1), ttl_ms=ttl
             )
+        elif not self._fetch("run_has_pending", run_id=run_id)[0][0]:
+            rows = []  # nothing to claim: no head taken, nothing signed (0013)
         else:
             with self._writing() as conn:
                 signer = _Signer(conn, key)
@@ -264,6 +266,8 @@ class PgMessageCassette(PgLedger, MessageCassette):
         requeue = {"run_id": run_id, "step_id": step_id, "max_attempts": max_attempts}
         if self.worker_key is None:
             rows = self._write("requeue", **requeue)
+        elif step_id is None and not self._fetch("run_has_lease_due", run_id=run_id)[0][0]:
+            rows = []  # no lease due: no head taken, nothing signed (0013)
         else:  # whoever requeues signs each expired lease it ends, before ending them
             with self._writing() as conn:
                 signer = _Signer(conn, self.worker_key)

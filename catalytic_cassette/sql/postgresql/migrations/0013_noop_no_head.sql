@@ -35,7 +35,9 @@
 --   complete_and_claim's claim half runs after its receipt took the head: unchanged (it
 --   stamps nothing more). A release, a completion, an attestation and an append always
 --   write, or are refused and roll back. cassette_signer_context() and
---   cassette_append_time() take the head on purpose (a signer's time and lock).
+--   cassette_append_time() take the head on purpose (a signer's time and lock); the
+--   package's signed claim and requeue ask cassette_run_has_pending() and
+--   cassette_run_has_lease_due() first, in a statement of their own, for the same reason.
 -- cassette.tail (0009) is a setting any session can set. It was cast where it was read
 -- (cassette_journal_append, cassette_head_follow): a value naming this transaction with a
 -- seq or hash that does not parse failed with the cast's error (INVALID_ARGUMENT or
@@ -51,6 +53,24 @@ CREATE FUNCTION cassette_noop_without_head() RETURNS boolean
 LANGUAGE sql VOLATILE AS $$
     SELECT current_setting('transaction_isolation') = 'read committed'
            AND NOT coalesce((SELECT tx FROM cassette_head) = pg_current_xact_id_if_assigned(), false)
+$$;
+
+-- Whether the run has a step to claim, and whether a lease of it is due at the ledger's
+-- time now: the time cassette_tx_ms() would give a writer now, read after the statement's
+-- snapshot. Read by the functions below before the head, and by the package's signed
+-- paths as a statement of its own before their transaction takes the head.
+CREATE FUNCTION cassette_run_has_pending(p_run_id text) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = public, pg_temp AS $$
+    SELECT EXISTS (SELECT 1 FROM cassette_steps s WHERE s.run_id = p_run_id AND s.status = 'PENDING')
+$$;
+
+CREATE FUNCTION cassette_run_has_lease_due(p_run_id text) RETURNS boolean
+LANGUAGE sql VOLATILE SET search_path = public, pg_temp AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM cassette_steps s, cassette_head h
+         WHERE s.run_id = p_run_id AND s.status = 'LEASED'
+           AND s.lease_expires_at <= greatest(h.time_ms,
+                   (floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint + h.clock_offset_ms))
 $$;
 
 -- A cassette.tail value cassette_journal_append would not write (empty: none set).
@@ -192,8 +212,7 @@ BEGIN
     IF p_ttl_ms IS NULL OR p_ttl_ms < 1 OR p_ttl_ms > 2592000000 THEN
         RAISE EXCEPTION 'INVALID_TTL: a lease lasts 1 ms to 30 days';
     END IF;
-    IF cassette_noop_without_head() AND NOT EXISTS (
-        SELECT 1 FROM cassette_steps s WHERE s.run_id = p_run_id AND s.status = 'PENDING') THEN
+    IF cassette_noop_without_head() AND NOT cassette_run_has_pending(p_run_id) THEN
         RETURN;  -- nothing to claim
     END IF;
     now_ms := cassette_tx_ms();
@@ -226,12 +245,9 @@ BEGIN
         RAISE EXCEPTION 'INVALID_ARGUMENT: max_attempts must be at least 1';
     END IF;
     -- (a named step with no lease due is always refused below, under the head)
-    IF p_step_id IS NULL AND cassette_noop_without_head() AND NOT EXISTS (
-        SELECT 1 FROM cassette_steps s, cassette_head h
-         WHERE s.run_id = p_run_id AND s.status = 'LEASED'
-           AND s.lease_expires_at <= greatest(h.time_ms,
-                   (floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint + h.clock_offset_ms)) THEN
-        RETURN;  -- no lease due: the time as cassette_tx_ms() would take it now
+    IF p_step_id IS NULL AND cassette_noop_without_head()
+       AND NOT cassette_run_has_lease_due(p_run_id) THEN
+        RETURN;  -- no lease due
     END IF;
     now_ms := cassette_tx_ms();
     IF p_step_id IS NOT NULL THEN
@@ -295,4 +311,7 @@ BEGIN
     RETURN p_checkpoint_id;
 END $$;
 
-REVOKE EXECUTE ON FUNCTION cassette_noop_without_head(), cassette_tail_malformed(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION cassette_noop_without_head(), cassette_tail_malformed(text),
+    cassette_run_has_pending(text), cassette_run_has_lease_due(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION cassette_run_has_pending(text), cassette_run_has_lease_due(text)
+   TO cassette_worker;
