@@ -2,7 +2,8 @@
 head costs when a claim that finds nothing takes it (through migration 0012) and when it
 does not (0013).
 
-    python scripts/bench_noop_pg.py URL [--seconds 5] [--pollers 4] [--interval-ms 5] [--rounds 3]
+    python scripts/bench_noop_pg.py URL [--seconds 5] [--pollers 4] [--interval-ms 5]
+                                        [--rounds 3] [--batch 2000]
 
 URL is a PostgreSQL server as its superuser (e.g. the one ``scripts/pg_cluster.py start
 DIR`` prints); a fresh database is made per measurement and dropped after. In each round,
@@ -15,6 +16,11 @@ statements (the calls the package sends: ``cassette_post``, ``cassette_claim``).
 posts/s, the poster's mean and 99th percentile milliseconds per post, polls/s and the
 pollers' mean milliseconds per poll, and the ratios to the baseline of the same round.
 Durability is the package's default (``synchronous_commit = on``).
+
+Then, unless ``--batch 0``, what 0013's check of ``cassette.tail`` at every journal entry
+costs: ``--batch`` one-step messages posted in one transaction by the server itself
+(``cassette_post`` over ``generate_series``: three entries each), on a ledger through 0012
+and one through 0013, in turn, ``--rounds`` times; prints entries/s and the ratio.
 """
 
 from __future__ import annotations
@@ -127,6 +133,22 @@ def measure(
     return len(took) / seconds, mean * 1e3, p99 * 1e3, len(polls) / seconds, poll_mean * 1e3
 
 
+def batch_entries_per_second(url: str, messages: int) -> float:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        start = time.perf_counter()
+        with conn.transaction():
+            conn.execute(
+                "SELECT cassette_post('work', 'USER', NULL, '{\"n\":' || n || '}',"
+                " ARRAY['default'], ARRAY[1], ARRAY['{}'])"
+                " FROM generate_series(1, %s) AS n ORDER BY n",
+                (messages,),
+            )
+        elapsed = time.perf_counter() - start
+    return 3 * messages / elapsed
+
+
 def ratio(value: float, base: float) -> str:
     return f"{value / base:5.2f}x" if base else "    -"
 
@@ -138,6 +160,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pollers", type=int, default=4)
     parser.add_argument("--interval-ms", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=2000)
     args = parser.parse_args(argv)
     for round_number in range(1, args.rounds + 1):
         got: dict[str, tuple[float, float, float, float, float]] = {}
@@ -151,6 +174,18 @@ def main(argv: list[str]) -> int:
                 f" ({ratio(posts, base[0])}), {mean:6.2f} ms/post mean, {p99:6.2f} ms p99;"
                 f" {args.pollers} pollers {polls:7.0f} polls/s ({ratio(polls, base[3])}),"
                 f" {poll_ms:6.3f} ms/poll mean",
+                flush=True,
+            )
+    for round_number in range(1, args.rounds + 1 if args.batch else 1):
+        rates: dict[str, float] = {}
+        for name, version in SCHEMAS.items():
+            with ledger(args.url, version) as url:
+                rates[name] = batch_entries_per_second(url, args.batch)
+        base_rate = rates["through 0012 (baseline)"]
+        for name, rate in rates.items():
+            print(
+                f"round {round_number} {name:24} one transaction of {args.batch} posts:"
+                f" {rate:7.0f} entries/s ({ratio(rate, base_rate)})",
                 flush=True,
             )
     return 0

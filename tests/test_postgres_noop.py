@@ -492,9 +492,10 @@ def test_the_idle_poll_benchmark_runs(pg_server: str, capsys: pytest.CaptureFixt
     try:
         import bench_noop_pg
 
-        argv = [pg_server, "--seconds", "0.2", "--rounds", "1", "--pollers", "1"]
+        argv = [pg_server, "--seconds", "0.2", "--rounds", "1", "--pollers", "1", "--batch", "5"]
         assert bench_noop_pg.main(argv) == 0
     finally:
         sys.path.remove(str(postgres.SCRIPTS))
     printed = capsys.readouterr().out
     assert "through 0012 (baseline)" in printed and "through 0013" in printed
+    assert "one transaction of 5 posts" in printed

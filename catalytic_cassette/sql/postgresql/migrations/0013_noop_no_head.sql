@@ -73,11 +73,17 @@ LANGUAGE sql VOLATILE SET search_path = public, pg_temp AS $$
                    (floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint + h.clock_offset_ms))
 $$;
 
--- A cassette.tail value cassette_journal_append would not write (empty: none set).
+-- A cassette.tail value cassette_journal_append would not write (empty: none set): a
+-- transaction id (at most 20 digits), a seq (at most 18, no leading zero: it fits a
+-- bigint, and one more), 64 lowercase hex digits. (Lengths apart from the pattern: a
+-- bounded repeat in the pattern costs about 11 us per entry, this about 1.5.)
 CREATE FUNCTION cassette_tail_malformed(tail text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
     SELECT coalesce(tail, '') <> ''
-           AND tail !~ '^[0-9]{1,20}:(0|[1-9][0-9]{0,17}):[0-9a-f]{64}$'
+           AND NOT (tail ~ '^[0-9]+:(0|[1-9][0-9]*):[0-9a-f]+$'
+                    AND length(split_part(tail, ':', 1)) <= 20
+                    AND length(split_part(tail, ':', 2)) <= 18
+                    AND length(split_part(tail, ':', 3)) = 64)
 $$;
 
 CREATE OR REPLACE FUNCTION cassette_journal_append(tbl text, op text, key_json text, row_key text, row_json text)
