@@ -111,12 +111,13 @@ def _noop(name: str) -> Callable[[Callable[[str], Any]], Callable[[str], Any]]:
     return register
 
 
+REPOST = ({"jobs": [{"intent": "i", "steps": [{}, {}]}]}, RUN, "USER", "k")
+
+
 @_noop("repost")
 def _repost(url: str) -> Any:
     with MessageCassette(url, busy_timeout_ms=BUSY_MS) as cassette:
-        return cassette.post_message(
-            {"jobs": [{"intent": "i", "steps": [{}, {}]}]}, RUN, "USER", "k"
-        )
+        return cassette.post_message(*REPOST)
 
 
 @_noop("claim")
@@ -231,6 +232,34 @@ def test_a_signed_noop_takes_no_head(seeded: str, holder: Any, tmp_path: Path, a
             else:
                 assert cassette.requeue(RUN) == []
         assert (head_row(owner), tail(owner)) == before
+
+
+def test_a_read_only_ledger_answers_noops_as_sqlite_does(seeded: str, tmp_path: Path) -> None:
+    """Opened read-only (the server's default_transaction_read_only), the no-ops answer as
+    on a read-only SQLite file holding the same rows (before 0013 each was a refused
+    UPDATE of the head: DATABASE_ERROR), and a write is refused alike on both."""
+    path = tmp_path / "ledger.db"
+    with MessageCassette(path) as cassette:
+        cassette.post_message({"jobs": [{"intent": "i", "steps": [{}, {}]}]}, RUN, "USER", "k")
+        cassette.claim_step(RUN, "w", ttl_seconds=60)
+    with CausalChain(path) as chain:
+        chain.save_checkpoint("p", {"at": 1})
+
+    def answers(target: str) -> list[Any]:
+        got: list[Any] = []
+        with MessageCassette(target, read_only=True) as cassette:
+            got.append(cassette.post_message(*REPOST))
+            got.append(cassette.claim_steps("idle", "w", 1, 60))
+            got.append(cassette.requeue(RUN))
+            with pytest.raises(CassetteError) as caught:
+                cassette.post_message(ONE_STEP, RUN, "USER")
+            got.append(caught.value.code)
+        with CausalChain(target, read_only=True) as chain:
+            got.append(chain.save_checkpoint("p", {"at": 1}))
+        return got
+
+    assert answers(str(path)) == answers(seeded)
+    assert answers(seeded)[3] is ErrorCode.DATABASE_ERROR
 
 
 def test_a_repost_of_a_post_not_committed_waits_for_it(seeded: str, holder: Any) -> None:
