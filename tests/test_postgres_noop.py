@@ -217,11 +217,12 @@ def test_a_raw_noop_gets_no_transaction_id(seeded: str, name: str) -> None:
     assert xid is None
 
 
-@pytest.mark.parametrize("act", ["claim", "requeue"])
+@pytest.mark.parametrize("act", ["claim", "requeue", "repost"])
 def test_a_signed_noop_takes_no_head(seeded: str, holder: Any, tmp_path: Path, act: str) -> None:
-    """A signing worker's claim with nothing PENDING, or its requeue of the run with no
-    lease due, asks first in a statement of its own: no head taken, nothing signed or
-    written (before 0013 its transaction took the head first: BUSY here)."""
+    """A signing worker's claim with nothing PENDING, its requeue of the run with no lease
+    due, or its batch of reposts asks first in statements of its own: no head taken,
+    nothing signed or written (before 0013 its transaction took the head first: BUSY
+    here)."""
     key_path, _ = generate(str(tmp_path / "w3"))
     key = WorkerKey.load("w3", key_path)
     with connect(seeded) as owner:
@@ -229,8 +230,10 @@ def test_a_signed_noop_takes_no_head(seeded: str, holder: Any, tmp_path: Path, a
         with MessageCassette(seeded, busy_timeout_ms=BUSY_MS, worker_key=key) as cassette:
             if act == "claim":
                 assert cassette.claim_steps("idle", "w3", 2, 60) == []
-            else:
+            elif act == "requeue":
                 assert cassette.requeue(RUN) == []
+            else:
+                assert cassette.post_messages([REPOST, REPOST]) == [(1, 1), (1, 1)]
         assert (head_row(owner), tail(owner)) == before
 
 
@@ -260,6 +263,29 @@ def test_a_read_only_ledger_answers_noops_as_sqlite_does(seeded: str, tmp_path: 
 
     assert answers(str(path)) == answers(seeded)
     assert answers(seeded)[3] is ErrorCode.DATABASE_ERROR
+
+
+def test_a_signed_batch_with_one_new_post_or_a_conflict_takes_the_signed_path(
+    seeded: str, tmp_path: Path
+) -> None:
+    """A batch of reposts with one new post, or one conflicting repost, is not answered
+    early: the new post is attested and written (with the repeats' ids), the conflict is
+    IDEMPOTENCY_CONFLICT naming its item and message, with nothing written."""
+    key_path, _ = generate(str(tmp_path / "w3"))
+    key = WorkerKey.load("w3", key_path)
+    conflicting = ({"other": 1}, RUN, "USER", "k")
+    fresh = ({"jobs": [{"intent": "i", "steps": [{}]}]}, RUN, "USER", "new")
+    with connect(seeded) as owner, MessageCassette(seeded, worker_key=key) as cassette:
+        before = (head_row(owner), tail(owner))
+        with pytest.raises(CassetteError) as caught:
+            cassette.post_messages([REPOST, conflicting])
+        assert caught.value.code is ErrorCode.IDEMPOTENCY_CONFLICT
+        assert caught.value.detail == {"message_id": 1, "index": 1}
+        assert (head_row(owner), tail(owner)) == before
+        assert cassette.post_messages([REPOST, fresh]) == [(1, 1), (2, 2)]
+        acts = owner.execute("SELECT act, message_id FROM cassette_attestations").fetchall()
+        assert acts == [("post", 2)]
+    assert verify_path(seeded).ok
 
 
 def test_a_repost_of_a_post_not_committed_waits_for_it(seeded: str, holder: Any) -> None:

@@ -36,8 +36,9 @@
 --   stamps nothing more). A release, a completion, an attestation and an append always
 --   write, or are refused and roll back. cassette_signer_context() and
 --   cassette_append_time() take the head on purpose (a signer's time and lock); the
---   package's signed claim and requeue ask cassette_run_has_pending() and
---   cassette_run_has_lease_due() first, in a statement of their own, for the same reason.
+--   package's signed post, claim and requeue ask cassette_posted_under_key(),
+--   cassette_run_has_pending() and cassette_run_has_lease_due() first, in statements of
+--   their own, and with nothing to write do not take it.
 -- cassette.tail (0009) is a setting any session can set. It was cast where it was read
 -- (cassette_journal_append, cassette_head_follow): a value naming this transaction with a
 -- seq or hash that does not parse failed with the cast's error (INVALID_ARGUMENT or
@@ -72,6 +73,27 @@ LANGUAGE sql VOLATILE SET search_path = public, pg_temp AS $$
            AND s.lease_expires_at <= greatest(h.time_ms,
                    (floor(extract(epoch FROM clock_timestamp()) * 1000))::bigint + h.clock_offset_ms))
 $$;
+
+-- The committed message a post under this run and key repeats, if any: its id, its first
+-- job's, and whether source and payload are the same (else IDEMPOTENCY_CONFLICT). Read by
+-- cassette_post before the head and under it, and by the package's signed post.
+CREATE FUNCTION cassette_posted_under_key(
+    p_run_id text, p_idempotency_key text, p_source text, p_payload_json text,
+    OUT message_id bigint, OUT job_id bigint, OUT same boolean)
+LANGUAGE plpgsql STABLE SET search_path = public, pg_temp AS $$
+DECLARE
+    earlier cassette_messages;
+BEGIN
+    SELECT * INTO earlier FROM cassette_messages m
+    WHERE m.run_id = p_run_id AND m.idempotency_key = p_idempotency_key;
+    IF FOUND THEN
+        message_id := earlier.message_id;
+        SELECT j.job_id INTO job_id FROM cassette_jobs j
+        WHERE j.message_id = earlier.message_id ORDER BY j.ordinal LIMIT 1;
+        same := earlier.source IS NOT DISTINCT FROM p_source
+                AND earlier.payload_json IS NOT DISTINCT FROM p_payload_json;
+    END IF;
+END $$;
 
 -- A cassette.tail value cassette_journal_append would not write (empty: none set): a
 -- transaction id (at most 20 digits), a seq (at most 18, no leading zero: it fits a
@@ -145,7 +167,7 @@ CREATE OR REPLACE FUNCTION cassette_post(
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
     SET standard_conforming_strings = on SET extra_float_digits = 1 SET bytea_output = 'hex' AS $$
 DECLARE
-    earlier cassette_messages;
+    same boolean;
     job_ordinal integer;
     this_job bigint;
     offset_in integer := 0;
@@ -155,23 +177,20 @@ BEGIN
         -- a repeat of a committed post is answered without the head; a key not seen yet
         -- is looked up again under it (a post under it may have committed meanwhile)
         IF cassette_noop_without_head() THEN
-            SELECT * INTO earlier FROM cassette_messages m
-            WHERE m.run_id = p_run_id AND m.idempotency_key = p_idempotency_key;
+            SELECT r.message_id, r.job_id, r.same INTO message_id, job_id, same
+            FROM cassette_posted_under_key(p_run_id, p_idempotency_key, p_source, p_payload_json) r;
         END IF;
-        IF earlier.message_id IS NULL THEN
+        IF message_id IS NULL THEN
             PERFORM cassette_tx_ms();
-            SELECT * INTO earlier FROM cassette_messages m
-            WHERE m.run_id = p_run_id AND m.idempotency_key = p_idempotency_key;
+            SELECT r.message_id, r.job_id, r.same INTO message_id, job_id, same
+            FROM cassette_posted_under_key(p_run_id, p_idempotency_key, p_source, p_payload_json) r;
         END IF;
-        IF earlier.message_id IS NOT NULL THEN
-            IF earlier.source IS DISTINCT FROM p_source OR earlier.payload_json IS DISTINCT FROM p_payload_json THEN
+        IF message_id IS NOT NULL THEN
+            IF NOT same THEN
                 RAISE EXCEPTION USING
                     MESSAGE = 'IDEMPOTENCY_CONFLICT: this run_id and idempotency_key were posted with another payload or source',
-                    DETAIL = earlier.message_id::text;
+                    DETAIL = message_id::text;
             END IF;
-            message_id := earlier.message_id;
-            SELECT j.job_id INTO job_id FROM cassette_jobs j
-            WHERE j.message_id = earlier.message_id ORDER BY j.ordinal LIMIT 1;
             existing := true;
             RETURN;
         END IF;
@@ -318,6 +337,8 @@ BEGIN
 END $$;
 
 REVOKE EXECUTE ON FUNCTION cassette_noop_without_head(), cassette_tail_malformed(text),
-    cassette_run_has_pending(text), cassette_run_has_lease_due(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION cassette_run_has_pending(text), cassette_run_has_lease_due(text)
+    cassette_run_has_pending(text), cassette_run_has_lease_due(text),
+    cassette_posted_under_key(text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION cassette_run_has_pending(text), cassette_run_has_lease_due(text),
+    cassette_posted_under_key(text, text, text, text)
    TO cassette_worker;
