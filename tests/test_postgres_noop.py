@@ -472,7 +472,7 @@ WRITES = {
 def test_a_malformed_tail_is_journal_broken(seeded: str, role: str | None, when: str) -> None:
     """Set before the transaction's first entry, between two entries, or after its last
     (read at the commit by the follower): JOURNAL_BROKEN (before 0013 a value that named
-    the transaction failed its cast, INVALID_ARGUMENT or DATABASE_ERROR, and one that
+    the transaction failed its cast, INVALID_ARGUMENT, and one that
     named none was ignored), and nothing is written."""
     write = WRITES[role]
     with connect(seeded) as owner:

@@ -41,8 +41,8 @@
 --   their own, and with nothing to write do not take it.
 -- cassette.tail (0009) is a setting any session can set. It was cast where it was read
 -- (cassette_journal_append, cassette_head_follow): a value naming this transaction with a
--- seq or hash that does not parse failed with the cast's error (INVALID_ARGUMENT or
--- DATABASE_ERROR). Now any value other than empty or the form cassette_journal_append
+-- seq or hash that does not parse failed with the cast's error (22P02, 22023 or 22003:
+-- INVALID_ARGUMENT), and any other value was ignored. Now any value other than empty or the form cassette_journal_append
 -- writes (transaction id, seq, 64 lowercase hex digits) is JOURNAL_BROKEN where it is read,
 -- whichever transaction it names, and refuses the session's own write as a forged
 -- well-formed one does.
