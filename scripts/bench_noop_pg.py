@@ -14,7 +14,8 @@ processes each claim from run ``idle``, which never holds a step, sleeping
 takes the poster's CPU once polls no longer wait), all for ``--seconds``, as autocommit
 statements (the calls the package sends: ``cassette_post``, ``cassette_claim``). Prints
 posts/s, the poster's mean and 99th percentile milliseconds per post, polls/s and the
-pollers' mean milliseconds per poll, and the ratios to the baseline of the same round.
+pollers' mean milliseconds per poll, and the ratios to the baseline of the same round
+(which runs first in odd rounds, second in even ones; ``--seconds 0`` skips this part).
 Durability is the package's default (``synchronous_commit = on``).
 
 Then, unless ``--batch 0``, what 0013's check of ``cassette.tail`` at every journal entry
@@ -149,6 +150,13 @@ def batch_entries_per_second(url: str, messages: int) -> float:
     return 3 * messages / elapsed
 
 
+def in_turn(round_number: int) -> list[tuple[str, int]]:
+    """The schemas in the order a round measures them: the baseline first in odd rounds,
+    last in even ones (the second of a pair runs on a server the first has just loaded)."""
+    pairs = list(SCHEMAS.items())
+    return pairs if round_number % 2 else pairs[::-1]
+
+
 def ratio(value: float, base: float) -> str:
     return f"{value / base:5.2f}x" if base else "    -"
 
@@ -162,13 +170,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=2000)
     args = parser.parse_args(argv)
-    for round_number in range(1, args.rounds + 1):
+    for round_number in range(1, args.rounds + 1 if args.seconds > 0 else 1):
         got: dict[str, tuple[float, float, float, float, float]] = {}
-        for name, version in SCHEMAS.items():
+        for name, version in in_turn(round_number):
             with ledger(args.url, version) as url:
                 got[name] = measure(url, args.seconds, args.pollers, args.interval_ms / 1e3)
         base = got["through 0012 (baseline)"]
-        for name, (posts, mean, p99, polls, poll_ms) in got.items():
+        for name in SCHEMAS:
+            posts, mean, p99, polls, poll_ms = got[name]
             print(
                 f"round {round_number} {name:24} {posts:6.0f} posts/s"
                 f" ({ratio(posts, base[0])}), {mean:6.2f} ms/post mean, {p99:6.2f} ms p99;"
@@ -178,11 +187,12 @@ def main(argv: list[str]) -> int:
             )
     for round_number in range(1, args.rounds + 1 if args.batch else 1):
         rates: dict[str, float] = {}
-        for name, version in SCHEMAS.items():
+        for name, version in in_turn(round_number):
             with ledger(args.url, version) as url:
                 rates[name] = batch_entries_per_second(url, args.batch)
         base_rate = rates["through 0012 (baseline)"]
-        for name, rate in rates.items():
+        for name in SCHEMAS:
+            rate = rates[name]
             print(
                 f"round {round_number} {name:24} one transaction of {args.batch} posts:"
                 f" {rate:7.0f} entries/s ({ratio(rate, base_rate)})",
