@@ -82,6 +82,9 @@ class PgMessageCassette(PgLedger, MessageCassette):
             for index, item in enumerate(items)
         ]
         if self.worker_key is not None:  # each post attested first: one at a time
+            repeated = self._repeats(prepared)
+            if repeated is not None:
+                return repeated
             return self._post_signed(prepared, self.worker_key)
         batch = [_post_params(*item) for item in prepared]
         # No savepoint per item: the batch is refused whole, and past 64 subtransactions
@@ -90,6 +93,29 @@ class PgMessageCassette(PgLedger, MessageCassette):
         with self._writing() as conn:
             rows = connection.batch(conn, query("post"), batch)
         return [(int(row[0]), int(row[1])) for row in rows]
+
+    def _repeats(self, prepared: list[Any]) -> list[tuple[int, int]] | None:
+        """Each item's ids when every item repeats a committed post under its key, with the
+        same source and payload: nothing to attest or write, so no head is taken (0012).
+        Otherwise None, and the signed path decides (a conflict is refused there)."""
+        if any(item[4] is None for item in prepared):
+            return None
+        asked = [
+            {
+                "run_id": run_id,
+                "idempotency_key": key,
+                "source": source,
+                "payload_json": payload_json,
+            }
+            for payload_json, _, run_id, source, key in prepared
+        ]
+        try:
+            rows = connection.batch(self.pg, query("posted_under_key"), asked)
+        except (CassetteError, UnicodeEncodeError):
+            return None  # (text the server cannot take: the signed path names the item)
+        if all(row[0] is not None and row[2] for row in rows):
+            return [(int(row[0]), int(row[1])) for row in rows]
+        return None
 
     def _post_signed(self, prepared: list[Any], key: WorkerKey) -> list[tuple[int, int]]:
         results: list[tuple[int, int]] = []
@@ -116,6 +142,8 @@ class PgMessageCassette(PgLedger, MessageCassette):
             rows = self._write(
                 "claim", run_id=run_id, worker_id=worker_id, n=min(n, 2**31 - 1), ttl_ms=ttl
             )
+        elif not self._fetch("run_has_pending", run_id=run_id)[0][0]:
+            rows = []  # nothing to claim: no head taken, nothing signed (0012)
         else:
             with self._writing() as conn:
                 signer = _Signer(conn, key)
@@ -264,6 +292,8 @@ class PgMessageCassette(PgLedger, MessageCassette):
         requeue = {"run_id": run_id, "step_id": step_id, "max_attempts": max_attempts}
         if self.worker_key is None:
             rows = self._write("requeue", **requeue)
+        elif step_id is None and not self._fetch("run_has_lease_due", run_id=run_id)[0][0]:
+            rows = []  # no lease due: no head taken, nothing signed (0012)
         else:  # whoever requeues signs each expired lease it ends, before ending them
             with self._writing() as conn:
                 signer = _Signer(conn, self.worker_key)

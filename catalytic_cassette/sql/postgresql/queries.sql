@@ -62,6 +62,19 @@ SELECT coalesce(max(message_id), 0) + 1 FROM cassette_messages;
 SELECT message_id FROM cassette_messages
  WHERE run_id = %(run_id)s AND idempotency_key = %(idempotency_key)s;
 
+-- Before a signed post, claim or requeue takes the head: is there anything to do (0012)?
+-- Each a statement of its own, so its snapshot holds every commit made before it.
+
+-- name: posted_under_key
+SELECT message_id, job_id, same
+  FROM cassette_posted_under_key(%(run_id)s, %(idempotency_key)s, %(source)s, %(payload_json)s);
+
+-- name: run_has_pending
+SELECT cassette_run_has_pending(%(run_id)s);
+
+-- name: run_has_lease_due
+SELECT cassette_run_has_lease_due(%(run_id)s);
+
 -- name: next_pending
 SELECT step_id, fencing_token + 1 FROM cassette_steps
  WHERE run_id = %(run_id)s AND status = 'PENDING'
