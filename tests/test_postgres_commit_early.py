@@ -278,3 +278,56 @@ def test_a_write_that_returned_survives_the_servers_crash() -> None:
         pg_cluster.stop(directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_signed_repost_answered_early_returns_only_once_the_post_is_flushed(
+    pg_ledger: str, owner: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A signing worker's batch of reposts is answered from the committed posts without a
+    write of its own (0012's early path in the package). The post it repeats may be
+    committed early by another writer whose flush has not come yet: the answer (the
+    message's ids, \"it is posted\") must wait for the WAL flush past that commit, as the
+    unsigned repost's does (its statement flushes): else a crash takes back a post the
+    repeating caller was told exists. The first writer's flush is held back by hand; a
+    few keys, since the server's WAL writer may flush one by luck."""
+    from catalytic_cassette.signing import generate
+    from catalytic_cassette.worker_keys import WorkerKey
+
+    key_path, _ = generate(str(tmp_path / "w3"))
+    key = WorkerKey.load("w3", key_path)
+    post = {"jobs": [{"intent": "i", "steps": [{}]}]}
+    unflushed: list[tuple[str, int, int]] = []
+    with (
+        MessageCassette(pg_ledger) as first,
+        MessageCassette(pg_ledger, worker_key=key) as signed,
+    ):
+        assert first.commits_early and signed.commits_early
+        real = connection.flush
+        holding, release = threading.Event(), threading.Event()
+        committed: list[int] = []
+
+        def held(conn: Any) -> None:
+            if conn is first.pg:
+                committed.append(wal(owner)[0])  # past the first writer's commit
+                holding.set()
+                assert release.wait(10)
+            real(conn)
+
+        monkeypatch.setattr(connection, "flush", held)
+        for attempt in range(5):
+            holding.clear()
+            release.clear()
+            item = (post, "run", "USER", f"k{attempt}")
+            writer = threading.Thread(target=first.post_messages, args=([item],))
+            writer.start()
+            try:
+                assert holding.wait(10)
+                answer = signed.post_messages([item])
+                _, flushed = wal(owner)
+            finally:
+                release.set()
+                writer.join(10)
+            assert answer[0][0] > 0
+            if flushed < committed[-1]:
+                unflushed.append((f"k{attempt}", committed[-1], flushed))
+    assert unflushed == [], "a repost was answered before the post it repeats was flushed"

@@ -114,6 +114,11 @@ class PgMessageCassette(PgLedger, MessageCassette):
         except (CassetteError, UnicodeEncodeError):
             return None  # (text the server cannot take: the signed path names the item)
         if all(row[0] is not None and row[2] for row in rows):
+            if self.commits_early:
+                # the posts repeated may be another writer's early commits not flushed
+                # yet: "posted" is said once a crash cannot take them back, as the
+                # unsigned repost's own statement flushes (connection.commit_early)
+                connection.flush(self.pg)
             return [(int(row[0]), int(row[1])) for row in rows]
         return None
 
