@@ -331,3 +331,80 @@ def test_a_signed_repost_answered_early_returns_only_once_the_post_is_flushed(
             if flushed < committed[-1]:
                 unflushed.append((f"k{attempt}", committed[-1], flushed))
     assert unflushed == [], "a repost was answered before the post it repeats was flushed"
+
+
+def test_a_write_waits_for_a_synchronous_standby_as_a_synchronous_commit_does() -> None:
+    """With a synchronous standby named (synchronous_standby_names), a synchronous commit
+    returns once the standby has its commit: the server's own configuration of durability
+    full (LAW 14). An early commit does not wait for the standby, and the flush that
+    follows skips its message when the local WAL is flushed already (the WAL writer's,
+    or another writer's fsync): the write returned without the standby's word, and a
+    failover could take it back. Here the standby never answers, so a write that waits
+    for it does not return; the local flush is let through first by hand. Both a ledger
+    opened with the standby named and one opened before it was named must wait. Its own
+    cluster, since the server's settings change."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from . import postgres
+
+    if os.environ.get(postgres.SERVER_VARIABLE):
+        pytest.skip("the server is given by a URL: this test changes a cluster of its own")
+    pg_cluster = postgres._pg_cluster()
+    directory = Path(tempfile.mkdtemp(prefix="cassette-pg-syncrep-"))
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        cluster = pg_cluster.start(directory, durable=False)
+        url = postgres.with_database(cluster.url, "postgres")
+        with psycopg.connect(url, autocommit=True) as admin:
+            early = MessageCassette(url)  # opened before the standby is named
+            assert early.commits_early
+            admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'absent_standby'")
+            admin.execute("SELECT pg_reload_conf()")
+            time.sleep(0.5)
+            named = MessageCassette(url)  # opened with the standby named
+            real = connection.flush
+
+            def locally_flushed_first(conn: Any) -> None:
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    inserted, flushed = wal(admin)
+                    if flushed >= inserted:
+                        break
+                    time.sleep(0.01)
+                real(conn)
+
+            monkeypatch.setattr(connection, "flush", locally_flushed_first)
+            returned: dict[str, bool] = {}
+
+            def write(name: str, cassette: MessageCassette) -> None:
+                try:
+                    cassette.post_message({"n": name}, "run", "USER")
+                finally:
+                    returned[name] = True
+
+            writers = [
+                threading.Thread(target=write, args=(name, cassette), daemon=True)
+                for name, cassette in (("early", early), ("named", named))
+            ]
+            try:
+                for writer in writers:
+                    writer.start()
+                time.sleep(2.0)
+                premature = sorted(returned)
+            finally:
+                admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+                admin.execute("SELECT pg_reload_conf()")
+                for writer in writers:
+                    writer.join(10)
+                early.close()
+                named.close()
+        assert premature == [], "returned before the synchronous standby had the commit"
+    finally:
+        monkeypatch.undo()
+        try:
+            pg_cluster.stop(directory)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)

@@ -534,15 +534,23 @@ SELECT set_config('synchronous_commit', 'off', true), written.*
 -- with an XID) logical message, one small WAL record that no table holds. Nothing is
 -- written when the WAL is already flushed as far as it was inserted. Concurrent flushes
 -- share one fsync.
+-- With a synchronous standby named, the message is always written: a synchronous commit
+-- then also waits for the standby to have everything before it, as the write's own
+-- synchronous commit would have (the local flush alone does not say the standby has it).
 SELECT set_config('synchronous_commit', 'on', true),
        CASE WHEN pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()
+                 OR current_setting('synchronous_standby_names') <> ''
             THEN pg_logical_emit_message(true, 'catalytic-cassette', '') END;
 
 -- name: can_flush
 -- pg_logical_emit_message is PUBLIC's unless a DBA revoked it: a session that cannot
--- flush commits every write synchronously, under the head.
+-- flush commits every write synchronously, under the head. So does one on a server with
+-- a synchronous standby named: a commit is then visible to other sessions only once the
+-- standby has it, which an early commit would give up (readers wait for the local flush
+-- alone, connection.wait_durable).
 SELECT has_function_privilege('pg_catalog.pg_logical_emit_message(boolean, text, text)',
-                              'EXECUTE');
+                              'EXECUTE')
+       AND current_setting('synchronous_standby_names') = '';
 
 -- name: wal_inserted
 -- How far the WAL is inserted now: read after a snapshot was taken, it is past the
