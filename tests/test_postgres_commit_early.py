@@ -408,3 +408,52 @@ def test_a_write_waits_for_a_synchronous_standby_as_a_synchronous_commit_does() 
             pg_cluster.stop(directory)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def _insert_at_a_page_start(owner: Any) -> None:
+    """Pad the WAL with transactional messages (synchronously committed: flushed) until
+    the insert position is at a page's start: the last commit ended at the page's end."""
+    owner.execute("SET synchronous_commit = on")
+    page = int(owner.execute("SELECT current_setting('wal_block_size')").fetchone()[0])
+
+    def emit(size: int) -> tuple[int, int]:
+        before, _ = wal(owner)
+        with owner.transaction():
+            owner.execute("SELECT pg_logical_emit_message(true, 'pad', repeat('x', %s))", (size,))
+        after, _ = wal(owner)
+        return before, after
+
+    for _ in range(50):
+        before, after = emit(400)
+        overhead = after - before - 400  # (the record's headers and its commit record)
+        need = page - after % page - overhead
+        if need >= 300:
+            emit(need)
+            if wal(owner)[0] % page == 24:
+                return
+    raise AssertionError("could not bring the WAL's insert position to a page's start")
+
+
+def test_an_evidence_read_on_an_idle_server_at_a_page_start_does_not_wait(
+    pg_ledger: str, owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a WAL page's start the insert position names the byte after the page's header
+    (24 bytes; 40 on a segment's first page), which no flush reaches until another record
+    is written: after a WAL switch (archive_timeout's, on an idle archived server, every
+    time) or a record that ended at a page's end, every evidence read waited for WAL that
+    an idle server never writes and failed BUSY after 30 s (here 3 s)."""
+    monkeypatch.setattr(connection, "_FLUSH_WAIT_SECONDS", 3.0)
+    segment = int(
+        owner.execute("SELECT pg_size_bytes(current_setting('wal_segment_size'))").fetchone()[0]
+    )
+    with MessageCassette(pg_ledger) as cassette:
+        cassette.post_message({"n": 1}, "run", "USER")
+    owner.execute("SELECT pg_switch_wal()")
+    inserted, flushed = wal(owner)
+    assert inserted % segment == 40 and flushed == inserted - 40  # (the case tested)
+    connection.wait_durable(owner, connection.wal_inserted(owner))
+    assert verify_path(pg_ledger).ok  # its snapshot waits the same way
+    _insert_at_a_page_start(owner)
+    inserted, flushed = wal(owner)
+    assert flushed == inserted - 24  # (the case tested)
+    connection.wait_durable(owner, connection.wal_inserted(owner))

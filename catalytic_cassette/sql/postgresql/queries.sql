@@ -559,4 +559,15 @@ SELECT has_function_privilege('pg_catalog.pg_logical_emit_message(boolean, text,
 SELECT CASE WHEN NOT pg_is_in_recovery() THEN pg_current_wal_insert_lsn()::text END;
 
 -- name: wal_flushed_past
-SELECT pg_current_wal_flush_lsn() >= %(lsn)s::pg_lsn;
+-- The insert position names where the next record's bytes would go: at a page's start that
+-- is past the page's header (24 bytes, 40 on a segment's first page), which no flush
+-- reaches until another record is written there (an idle server after a WAL switch, or a
+-- record that ended at a page's end). So a position at a page's header asks for the flush
+-- to reach the page's start, where everything inserted before it ends.
+SELECT pg_current_wal_flush_lsn() >= w.lsn - CASE
+           WHEN w.in_segment = 40 OR (w.in_segment > w.page AND mod(w.in_segment, w.page) = 24)
+           THEN mod(w.in_segment, w.page) ELSE 0 END
+  FROM (SELECT %(lsn)s::pg_lsn AS lsn,
+               current_setting('wal_block_size')::numeric AS page,
+               mod(%(lsn)s::pg_lsn - '0/0', pg_size_bytes(current_setting('wal_segment_size')))
+                   AS in_segment) AS w;
