@@ -457,3 +457,34 @@ def test_an_evidence_read_on_an_idle_server_at_a_page_start_does_not_wait(
     inserted, flushed = wal(owner)
     assert flushed == inserted - 24  # (the case tested)
     connection.wait_durable(owner, connection.wal_inserted(owner))
+
+
+def test_a_flush_refused_after_the_commit_does_not_report_a_committed_write_refused(
+    pg_ledger: str, owner: Any
+) -> None:
+    """pg_logical_emit_message revoked after the ledger was opened (can_flush is read at
+    open): the write has committed when its flush is refused. Reported as the flush's
+    PERMISSION_DENIED, a refusal, the caller was told nothing was written and retried a
+    post that is there (a duplicate). The commit stands: the call waits for the WAL
+    writer's flush past it (as a reader does) and returns the write's answer."""
+    name = "runner_revoked"
+    owner.execute(f"CREATE ROLE {name} LOGIN IN ROLE cassette_worker")
+    try:
+        url = pg_ledger.replace("postgresql://postgres@", f"postgresql://{name}@", 1)
+        with MessageCassette(url) as cassette:
+            assert cassette.commits_early
+            owner.execute(
+                "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text)"
+                " FROM PUBLIC"
+            )
+            message_id, _ = cassette.post_message({"n": 1}, "run", "USER")
+            lease = cassette.claim_step("run", name)
+            assert lease is not None and lease["message_id"] == message_id
+        count = owner.execute("SELECT count(*) FROM cassette_messages").fetchone()[0]
+        assert count == 1
+    finally:
+        owner.execute(f"DROP OWNED BY {name}")
+        owner.execute(f"DROP ROLE {name}")
+        owner.execute(
+            "GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO PUBLIC"
+        )

@@ -328,8 +328,21 @@ def flush(conn: psycopg.Connection[Any]) -> None:
     COMMIT would: CANNOT_OPEN, and the caller retries idempotently or not at all."""
     try:
         conn.execute(sqlfiles.query("flush_commits"))
+        return
     except psycopg.Error as exc:
-        raise translate(exc) from exc
+        refused = exc
+    # The write has committed; only its flush's message was refused (pg_logical_emit_message
+    # revoked since the ledger was opened, can_flush; the server turned read-only). Never
+    # a refusal code for a write that is there: wait as a reader waits for the WAL
+    # writer's flush past it.
+    try:
+        wait_durable(conn, wal_inserted(conn))
+    except psycopg.Error as exc:
+        raise CassetteError(
+            ErrorCode.CANNOT_OPEN,
+            f"the write committed, but its flush failed ({refused}) and so did the wait for"
+            f" it ({exc}): whether it survives a crash is unknown",
+        ) from exc
 
 
 def wal_inserted(conn: psycopg.Connection[Any]) -> str | None:
