@@ -337,7 +337,7 @@ def flush(conn: psycopg.Connection[Any]) -> None:
     # writer's flush past it.
     try:
         wait_durable(conn, wal_inserted(conn))
-    except psycopg.Error as exc:
+    except (psycopg.Error, CassetteError) as exc:  # (BUSY would say nothing was written)
         raise CassetteError(
             ErrorCode.CANNOT_OPEN,
             f"the write committed, but its flush failed ({refused}) and so did the wait for"
