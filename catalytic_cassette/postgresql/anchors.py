@@ -184,11 +184,10 @@ def journal_reader(conn: psycopg.Connection[Any]) -> Callable[[int, int], list[A
             rows = conn.execute(
                 query("journal_after"), {"since_seq": since_seq, "limit": limit}
             ).fetchall()
-            seen = connection.wal_inserted(conn) if rows else None
         except Exception as exc:
             raise connection.translate(exc) from exc
-        if seen is not None:  # shown once durable (connection.wait_durable)
-            connection.wait_durable(conn, seen)
+        if rows:  # shown once durable: a synchronous commit after them flushes them
+            connection.flush(conn)
         return rows
 
     return read_after

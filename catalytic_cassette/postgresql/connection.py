@@ -280,7 +280,7 @@ def snapshot(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]
         return
     with transaction(conn):
         conn.execute(sqlfiles.query("read_only_snapshot"))
-        wait_durable(conn, wal_inserted(conn))  # (the first query: takes the snapshot)
+        flush_at_commit(conn)  # (the first query: takes the snapshot)
         yield conn
 
 
@@ -343,6 +343,21 @@ def flush(conn: psycopg.Connection[Any]) -> None:
             f"the write committed, but its flush failed ({refused}) and so did the wait for"
             f" it ({exc}): whether it survives a crash is unknown",
         ) from exc
+
+
+def flush_at_commit(conn: psycopg.Connection[Any]) -> None:
+    """In an evidence read's transaction, after its snapshot was taken: its commit then
+    flushes the WAL past everything the snapshot sees (one small record and an fsync, only
+    when the WAL is not flushed that far already), so nothing it hands out, once the
+    transaction committed, can be taken back by a crash. A role that may not write the
+    record waits, polling, for the flush instead (``wait_durable``)."""
+    row = conn.execute(sqlfiles.query("flush_needed")).fetchone()
+    if row is None or row[0] is None:
+        return
+    if row[1]:
+        conn.execute(sqlfiles.query("flush_message"))
+    else:
+        wait_durable(conn, str(row[0]))
 
 
 def wal_inserted(conn: psycopg.Connection[Any]) -> str | None:

@@ -30,8 +30,14 @@ class PgSource:
         self._snapshot = self.conn.transaction()
         self._snapshot.__enter__()
         self.conn.execute(query("read_only_snapshot"))
-        # (the first query takes the snapshot: all a copy carries is durable)
-        connection.wait_durable(self.conn, connection.wal_inserted(self.conn))
+        # The first query takes the snapshot; then a flush on a second session makes
+        # all it sees durable before anything is copied (this one stays in its snapshot).
+        connection.wal_inserted(self.conn)
+        flusher = connection.connect_reader(url)
+        try:
+            connection.flush(flusher)
+        finally:
+            flusher.close()
 
     def tables(self) -> set[str]:
         return {row[0] for row in self.conn.execute(query("journal_tables"))}

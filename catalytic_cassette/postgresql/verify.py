@@ -83,9 +83,11 @@ def verify_url(url: str, options: VerifyOptions | None = None, /, **overrides: A
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
         conn.execute(query("verify_settings"))  # (the first statement: takes the snapshot)
-        # what it vouches for survives a crash (connection.wait_durable)
-        connection.wait_durable(conn, connection.wal_inserted(conn))
-        return _verify(conn, options)
+        # what it vouches for survives a crash: its commit flushes past all it sees
+        connection.flush_at_commit(conn)
+        report = _verify(conn, options)
+        conn.commit()  # (read only: writes nothing but the flush's message)
+        return report
     except psycopg.Error as exc:
         raise connection.translate(exc) from exc
     finally:

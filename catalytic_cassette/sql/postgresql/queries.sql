@@ -552,6 +552,24 @@ SELECT has_function_privilege('pg_catalog.pg_logical_emit_message(boolean, text,
                               'EXECUTE')
        AND current_setting('synchronous_standby_names') = '';
 
+-- name: flush_needed
+-- Whether an evidence read must see to the flush of what its snapshot sees: NULL when not
+-- (flushed as far as inserted, read after the snapshot was taken, so past every commit it
+-- sees; or a standby), else that position; and whether this role may write the message
+-- that makes its own commit flush (a function it may not execute fails the statement that
+-- names it even unevaluated, so the message is a statement of its own: flush_message).
+SELECT CASE WHEN pg_is_in_recovery()
+                 OR pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn() THEN NULL
+            ELSE pg_current_wal_insert_lsn()::text END,
+       has_function_privilege('pg_catalog.pg_logical_emit_message(boolean, text, text)',
+                              'EXECUTE');
+
+-- name: flush_message
+-- In an evidence read's transaction (READ ONLY may write it): an XID and a synchronous
+-- commit, which flushes the WAL past everything before it.
+SELECT set_config('synchronous_commit', 'on', true),
+       pg_logical_emit_message(true, 'catalytic-cassette', '');
+
 -- name: wal_inserted
 -- How far the WAL is inserted now: read after a snapshot was taken, it is past the
 -- commit record of every transaction the snapshot sees. NULL on a standby, which shows
