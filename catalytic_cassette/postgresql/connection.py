@@ -291,13 +291,13 @@ def snapshot(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]
 # an fsync, and the flushes of concurrent writers share one fsync. A caller is never told
 # of a commit a crash could take back; a reader could see one for the moment between the
 # commit and its flush, so every read that hands out evidence (a snapshot, verify, a
-# follow poll) first waits for the flush past what it saw (``wait_durable``). LAW.md 14.
+# follow poll, a copy's source) makes the WAL flushed past what it saw before it answers
+# (``flush_at_commit``, ``flush``). LAW.md 14.
 
-# How long a reader waits for the WAL flush between looks (growing to the last), and in
-# all: the writer that committed flushes within a millisecond or two; a client that
-# committed asynchronously without flushing is flushed by the server's WAL writer within
-# three ``wal_writer_delay`` (0.6 s by default). A server that flushes nothing for longer
-# is failing: BUSY.
+# Polling for a flush (``wait_durable``) is the fallback of a role that may not write the
+# flush's message: how long it waits between looks (growing to the last), and in all. The
+# WAL writer flushes an asynchronous commit within three ``wal_writer_delay`` (0.6 s by
+# default), but never a WAL that ends in a record no commit follows: 30 s, then BUSY.
 _FLUSH_POLL_SECONDS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
 _FLUSH_WAIT_SECONDS = 30.0
 
