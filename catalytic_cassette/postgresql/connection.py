@@ -351,13 +351,21 @@ def flush_at_commit(conn: psycopg.Connection[Any]) -> None:
     when the WAL is not flushed that far already), so nothing it hands out, once the
     transaction committed, can be taken back by a crash. A role that may not write the
     record waits, polling, for the flush instead (``wait_durable``)."""
-    row = conn.execute(sqlfiles.query("flush_needed")).fetchone()
-    if row is None or row[0] is None:
+    needed = unflushed(conn)
+    if needed is None:
         return
-    if row[1]:
+    lsn, may_write = needed
+    if may_write:
         conn.execute(sqlfiles.query("flush_message"))
     else:
-        wait_durable(conn, str(row[0]))
+        wait_durable(conn, lsn)
+
+
+def unflushed(conn: psycopg.Connection[Any]) -> tuple[str, bool] | None:
+    """None when the WAL is flushed as far as it is inserted (or on a standby); else how
+    far it is inserted and whether this role may write the flush's message."""
+    row = conn.execute(sqlfiles.query("flush_needed")).fetchone()
+    return None if row is None or row[0] is None else (str(row[0]), bool(row[1]))
 
 
 def wal_inserted(conn: psycopg.Connection[Any]) -> str | None:

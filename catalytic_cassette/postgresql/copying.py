@@ -30,14 +30,15 @@ class PgSource:
         self._snapshot = self.conn.transaction()
         self._snapshot.__enter__()
         self.conn.execute(query("read_only_snapshot"))
-        # The first query takes the snapshot; then a flush on a second session makes
-        # all it sees durable before anything is copied (this one stays in its snapshot).
-        connection.wal_inserted(self.conn)
-        flusher = connection.connect_reader(url)
-        try:
-            connection.flush(flusher)
-        finally:
-            flusher.close()
+        # The first query takes the snapshot; if the WAL is not flushed past all it sees,
+        # a flush on a second session makes it so before anything is copied (this one
+        # stays in its snapshot, which commits only when the copy is done).
+        if connection.unflushed(self.conn) is not None:
+            flusher = connection.connect_reader(url)
+            try:
+                connection.flush(flusher)
+            finally:
+                flusher.close()
 
     def tables(self) -> set[str]:
         return {row[0] for row in self.conn.execute(query("journal_tables"))}
