@@ -53,6 +53,7 @@ import logging
 import multiprocessing
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -417,8 +418,15 @@ def loop_raw(conn: psycopg.Connection[Any], worker: str, fused: bool) -> tuple[i
     return done, first, last
 
 
+def cpu_seconds() -> float:
+    """This process's CPU time, user and system."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def worker_main(kind: str, url: str, worker: str, go: Any, results: Any) -> None:
-    """One worker process: connect, say ready, wait for go, run until no step is left."""
+    """One worker process: connect, say ready, wait for go, run until no step is left.
+    Its "done" carries (steps, first, last, CPU seconds spent from go to the end)."""
     try:
         if kind.startswith("ours"):
             with MessageCassette(url) as cassette:
@@ -426,13 +434,17 @@ def worker_main(kind: str, url: str, worker: str, go: Any, results: Any) -> None
                     cast(Any, cassette).commits_early = False
                 results.put(("ready", worker, None))
                 go.wait(timeout=300)
+                cpu = cpu_seconds()
                 loop = loop_ours_fused if kind.startswith("ours-fused") else loop_ours_separate
-                results.put(("done", worker, loop(cassette, worker)))
+                done = loop(cassette, worker)
+                results.put(("done", worker, (*done, cpu_seconds() - cpu)))
         elif kind.startswith("raw"):
             with psycopg.connect(url, autocommit=True) as conn:
                 results.put(("ready", worker, None))
                 go.wait(timeout=300)
-                results.put(("done", worker, loop_raw(conn, worker, kind == "raw-fused")))
+                cpu = cpu_seconds()
+                done = loop_raw(conn, worker, kind == "raw-fused")
+                results.put(("done", worker, (*done, cpu_seconds() - cpu)))
         else:
             asyncio.run(procrastinate_worker(url, worker, go, results))
     except BaseException:
@@ -444,6 +456,7 @@ async def procrastinate_worker(url: str, worker: str, go: Any, results: Any) -> 
     async with app.open_async():
         results.put(("ready", worker, None))
         go.wait(timeout=300)  # nothing else runs on this loop yet
+        cpu = cpu_seconds()
         await app.run_worker_async(
             name=worker,
             concurrency=1,
@@ -452,10 +465,43 @@ async def procrastinate_worker(url: str, worker: str, go: Any, results: Any) -> 
             install_signal_handlers=False,
             delete_jobs="never",  # the default: jobs stay, as ours stay in the ledger
         )
-    results.put(("done", worker, (0, 0.0, 0.0)))
+    results.put(("done", worker, (0, 0.0, 0.0, cpu_seconds() - cpu)))
 
 
-def run_trial(kind: str, url: str, workers: int) -> dict[str, Any]:
+def server_cpu_seconds(cluster_dir: str) -> float:
+    """CPU time of the cluster's processes, user and system: the postmaster's own and its
+    reaped children's (backends that exited), and every live child's (Linux /proc)."""
+    try:
+        postmaster = int(
+            Path(cluster_dir, pg_cluster.DATA, "postmaster.pid").read_text().split()[0]
+        )
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited while we looked
+        pid, parent = int(entry.name), int(fields[1])
+        if pid == postmaster:
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        elif parent == postmaster:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
+def reaped_server_cpu(cluster_dir: str) -> float:
+    """The server's CPU time once the backends of exited clients are gone (a backend exits
+    a moment after its client closes; until the postmaster reaps it, its time is live)."""
+    time.sleep(0.5)
+    return server_cpu_seconds(cluster_dir)
+
+
+def run_trial(kind: str, url: str, workers: int, cluster_dir: str) -> dict[str, Any]:
     """Run ``workers`` processes of ``kind`` on the database at ``url``."""
     context = multiprocessing.get_context("spawn")
     go = context.Event()
@@ -466,12 +512,13 @@ def run_trial(kind: str, url: str, workers: int) -> dict[str, Any]:
     ]
     for process in processes:
         process.start()
-    finished: dict[str, tuple[int, float, float]] = {}
+    finished: dict[str, tuple[int, float, float, float]] = {}
     try:
         for _ in names:
             state, worker, detail = results.get(timeout=300)
             if state != "ready":
                 raise RuntimeError(f"{kind} {worker} failed to start:\n{detail}")
+        server_cpu = server_cpu_seconds(cluster_dir)
         go_at = time.monotonic()
         go.set()
         for _ in names:
@@ -483,7 +530,13 @@ def run_trial(kind: str, url: str, workers: int) -> dict[str, Any]:
     finally:
         for process in processes:
             process.join(timeout=60)
-    trial: dict[str, Any] = {"wall": wall, "split": [finished[n][0] for n in names]}
+    trial: dict[str, Any] = {
+        "wall": wall,
+        "split": [finished[n][0] for n in names],
+        "client_cpu": sum(finished[n][3] for n in names),
+        # after every process exited and their backends were reaped; nothing else ran
+        "server_cpu": reaped_server_cpu(cluster_dir) - server_cpu,
+    }
     if kind != "procrastinate":
         ran = [v for v in finished.values() if v[0]]
         trial["span"] = max(v[2] for v in ran) - min(v[1] for v in ran)
@@ -558,19 +611,28 @@ def workload_cycle(server: Server, args: argparse.Namespace, report: dict[str, A
     walls: dict[str, Samples] = {k: {str(n): [] for n in args.mp_counts} for k in args.loops}
     splits: dict[str, dict[str, list[int]]] = {k: {} for k in args.loops}
     server_spans: dict[str, Samples] = {k: {str(n): [] for n in args.mp_counts} for k in args.loops}
+    cpu: dict[str, dict[str, list[tuple[float, float]]]] = {
+        k: {str(n): [] for n in args.mp_counts} for k in args.loops
+    }
     for rep in range(args.reps):
         for workers in args.mp_counts:
             for kind in args.loops:
                 name = trial_name(kind)
                 url = server.create(name, templates[kind.split("-")[0]])
                 try:
-                    trial = run_trial(kind, url, workers)
+                    trial = run_trial(kind, url, workers, args.cluster_dir)
                     check_trial(kind, url, args.steps, trial)
                 finally:
                     server.drop(name)
                 rates[kind][str(workers)].append(args.steps / trial["span"])
                 walls[kind][str(workers)].append(args.steps / trial["wall"])
                 splits[kind][str(workers)] = trial["split"]
+                cpu[kind][str(workers)].append(
+                    (
+                        trial["client_cpu"] * 1000 / args.steps,
+                        trial["server_cpu"] * 1000 / args.steps,
+                    )
+                )
                 if trial.get("server_span"):
                     server_spans[kind][str(workers)].append(args.steps / trial["server_span"])
         out(f"  repetition {rep + 1}/{args.reps} done, load average {load()}")
@@ -581,9 +643,12 @@ def workload_cycle(server: Server, args: argparse.Namespace, report: dict[str, A
             if server_spans[kind][key]:
                 recorded = statistics.median(server_spans[kind][key])
                 extra = f"; server-recorded span {recorded:,.0f}/s"
+            client_ms = statistics.median(c for c, _ in cpu[kind][key])
+            server_ms = statistics.median(s for _, s in cpu[kind][key])
             out(
                 f"{kind:14s} {workers:2d} worker(s): {rate_line(rates[kind][key])};"
                 f" with start-up and exit {statistics.median(walls[kind][key]):,.0f}/s{extra};"
+                f" CPU ms per step: clients {client_ms:.2f}, server {server_ms:.2f};"
                 f" last split {'/'.join(map(str, splits[kind][key]))}"
             )
     table = []
@@ -652,6 +717,7 @@ def workload_cycle(server: Server, args: argparse.Namespace, report: dict[str, A
         "walls": walls,
         "server_spans": server_spans,
         "splits": splits,
+        "cpu_ms_per_step": cpu,
         "table": table,
     }
 
@@ -1057,9 +1123,9 @@ def workload_hold(server: Server, args: argparse.Namespace, report: dict[str, An
 
 
 def profile(server: Server, cluster: Any, args: argparse.Namespace) -> None:
-    """pg_stat_statements over one fused single-worker trial: where the time goes inside
-    the functions and triggers (restarts the cluster with the module loaded)."""
-    out("\n== 4. ours: pg_stat_statements, nested statements, 1 fused worker ==")
+    """pg_stat_statements over one single-worker trial of ``--profile-loop``: where the time
+    goes inside the functions and triggers (restarts the cluster with the module loaded)."""
+    out(f"\n== 4. ours: pg_stat_statements, nested statements, 1 {args.profile_loop} worker ==")
     with server.admin() as conn:
         conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
     cluster.stop()
@@ -1077,7 +1143,7 @@ def profile(server: Server, cluster: Any, args: argparse.Namespace) -> None:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             conn.execute("SELECT pg_stat_statements_reset()")
             conn.execute("SELECT pg_stat_reset()")
-        trial = run_trial("ours-fused", url, 1)
+        trial = run_trial(args.profile_loop, url, 1, args.cluster_dir)
         total = trial["span"] * 1e3
         with psycopg.connect(url, autocommit=True) as conn:
             rows = conn.execute(
@@ -1085,11 +1151,11 @@ def profile(server: Server, cluster: Any, args: argparse.Namespace) -> None:
                 " regexp_replace(query, '\\s+', ' ', 'g')"
                 " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
                 "  WHERE datname = current_database())"
-                " ORDER BY total_exec_time DESC LIMIT 16"
+                " ORDER BY total_exec_time DESC LIMIT 24"
             ).fetchall()
             functions = conn.execute(
                 "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions"
-                " ORDER BY self_time DESC LIMIT 14"
+                " ORDER BY self_time DESC LIMIT 20"
             ).fetchall()
     finally:
         server.drop(name)
@@ -1175,6 +1241,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--hold-cycles", type=int, default=1000)
     parser.add_argument("--profile", action="store_true", help="pg_stat_statements at the end")
+    parser.add_argument("--profile-loop", default="ours-fused", choices=LOOPS[:4])
     parser.add_argument("--cluster-dir", default=None, help="default: a new temporary directory")
     parser.add_argument("--keep-cluster", action="store_true", help="do not stop or remove it")
     parser.add_argument("--json", type=Path, default=None, help="also write every result here")

@@ -1,0 +1,203 @@
+-- 0014: the worker's path without scans, per-call planning or checks done twice (issue 15,
+-- item 7). Same law, same journal bytes, same codes. Measured in docs/BENCHMARKS.md, "Issue
+-- 15: server CPU per step", with the CPU per step that scripts/bench.py now prints and
+-- perf: with four workers on two CPUs the server's CPU, not the head's lock, bounded the
+-- rate, and much of it went to work that did not need doing.
+--
+-- 1. Plans that do not depend on statistics. A PL/pgSQL function caches its statements'
+--    plans for the session, and the plan is made from the table's statistics. A table
+--    analyzed while empty or small (a new ledger; receipts before the first completion)
+--    gets sequential scans for its keyed lookups, and the session keeps them while the
+--    table grows until the next ANALYZE: each completion read every receipt twice (4,000
+--    rows read per step after 2,000 steps). The law's functions that look rows up by key
+--    now plan with enable_seqscan off, so they use the key's index whatever the statistics
+--    say (a table with no usable index is still scanned), and with jit off: a scan the
+--    setting penalizes still costs more than JIT's threshold, and JIT compiled such a
+--    statement at every call (50 ms; a batch of 400 appends took 28 s, not 0.1). Set on
+--    the functions the roles
+--    call and on the tables' trigger functions (which run for the owner's own DML too),
+--    not on the session: the clients' own queries plan as they did. (Functions that only
+--    read the one-row head, and SQL functions the server inlines into their caller: not
+--    set.)
+-- 2. The claim's "is anything PENDING?" before the head (0012) was a SQL function with its
+--    own search_path, which the server cannot inline, so it was planned at every call; the
+--    plan, made from statistics taken when most steps were PENDING, was a sequential scan
+--    walking every claimed and dead version before the first PENDING one. The claim asks it
+--    as a statement of its own, over the PENDING index in claim order; the function the
+--    package's signed claim calls is PL/pgSQL with the same statement.
+-- 3. The head row holds fewer dead versions. It is updated twice per writing transaction;
+--    versions that a concurrent snapshot can still see cannot be pruned, the page filled
+--    and the row moved on: the one-row table grew to 20 pages in 2,000 steps, and every
+--    read of the head scanned them all. fillfactor 10 makes the server prune the page at
+--    nearly every visit, so it stays one page.
+-- 4. The head's guard fires on an UPDATE only when there is something to check: the chain
+--    moves, the stamp goes to another transaction, or the time or the offset runs back.
+--    Taking the head (cassette_tx_ms: its own stamp, a later time) no longer calls it; the
+--    trigger's WHEN condition is the guard's own conditions, NULL-safe (a NULL time or
+--    offset calls it, as the NOT NULL constraint refuses them anyway).
+-- 5. The journal's entries are checked once. cassette_journal_append computes an entry from
+--    the head (its transaction's first entry) or from the transaction's last entry named in
+--    cassette.tail, and the journal's guard then checked, by three more lookups and two
+--    hashes, what the append had just done. The append now checks what it relies on, in
+--    one statement: the head is held by its own transaction, the seq it writes is free (a
+--    head left behind by a disabled follower is refused as before), and a tail it
+--    continues from names a stored entry with that chain hash. The guard still checks every entry inserted by anything other
+--    than a trigger (pg_trigger_depth() = 0 in its WHEN condition: an INSERT by a client,
+--    the owner's included, or by a function a client calls); an entry inserted from a
+--    trigger is the append's, as only the owner can make triggers (the owner's own DDL is
+--    the catalog change verify reports).
+
+-- 2.
+CREATE OR REPLACE FUNCTION cassette_run_has_pending(p_run_id text) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = public, pg_temp AS $$
+BEGIN
+    PERFORM FROM cassette_steps s
+     WHERE s.run_id = p_run_id AND s.status = 'PENDING'
+     ORDER BY s.message_id, s.job_ordinal, s.ordinal LIMIT 1;
+    RETURN FOUND;
+END $$;
+
+CREATE OR REPLACE FUNCTION cassette_claim(p_run_id text, p_worker_id text, p_n integer, p_ttl_ms bigint)
+RETURNS TABLE (step_id bigint, job_id bigint, message_id bigint, ordinal bigint,
+               payload_json text, fencing_token bigint, lease_expires_at bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+    SET standard_conforming_strings = on SET extra_float_digits = 1 SET bytea_output = 'hex' AS $$
+DECLARE
+    now_ms bigint;
+BEGIN
+    IF p_n IS NULL OR p_n < 1 THEN
+        RAISE EXCEPTION 'INVALID_ARGUMENT: n must be at least 1';
+    END IF;
+    IF p_ttl_ms IS NULL OR p_ttl_ms < 1 OR p_ttl_ms > 2592000000 THEN
+        RAISE EXCEPTION 'INVALID_TTL: a lease lasts 1 ms to 30 days';
+    END IF;
+    IF cassette_noop_without_head() THEN
+        PERFORM FROM cassette_steps s
+         WHERE s.run_id = p_run_id AND s.status = 'PENDING'
+         ORDER BY s.message_id, s.job_ordinal, s.ordinal LIMIT 1;
+        IF NOT FOUND THEN
+            RETURN;  -- nothing to claim
+        END IF;
+    END IF;
+    now_ms := cassette_tx_ms();
+    -- One row at a time, in claim order: the journal then holds the leases in that order.
+    FOR step_id IN
+        SELECT s.step_id FROM cassette_steps s
+        WHERE s.run_id = p_run_id AND s.status = 'PENDING'
+        ORDER BY s.message_id, s.job_ordinal, s.ordinal
+        LIMIT p_n FOR UPDATE SKIP LOCKED
+    LOOP
+        UPDATE cassette_steps s
+           SET status = 'LEASED', lease_owner = p_worker_id, lease_expires_at = now_ms + p_ttl_ms,
+               fencing_token = s.fencing_token + 1
+         WHERE s.step_id = cassette_claim.step_id
+        RETURNING s.job_id, s.message_id, s.ordinal, s.payload_json, s.fencing_token, s.lease_expires_at
+        INTO job_id, message_id, ordinal, payload_json, fencing_token, lease_expires_at;
+        RETURN NEXT;
+    END LOOP;
+END $$;
+
+-- 3.
+ALTER TABLE cassette_head SET (fillfactor = 10);
+
+-- 4.
+DROP TRIGGER cassette_head_guard ON cassette_head;
+CREATE TRIGGER cassette_head_guard BEFORE INSERT OR DELETE ON cassette_head
+    FOR EACH ROW EXECUTE FUNCTION cassette_head_guard();
+CREATE TRIGGER cassette_head_guard_update BEFORE UPDATE ON cassette_head
+    FOR EACH ROW WHEN (
+        NEW.next_seq IS DISTINCT FROM OLD.next_seq
+        OR NEW.chain_hash IS DISTINCT FROM OLD.chain_hash
+        OR (NEW.tx IS DISTINCT FROM OLD.tx AND NEW.tx IS DISTINCT FROM pg_current_xact_id())
+        OR NOT coalesce(NEW.time_ms >= OLD.time_ms, false)
+        OR NOT coalesce(NEW.clock_offset_ms >= OLD.clock_offset_ms, false))
+    EXECUTE FUNCTION cassette_head_guard();
+
+-- 5.
+CREATE OR REPLACE FUNCTION cassette_journal_append(tbl text, op text, key_json text, row_key text, row_json text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    body text := '{"table":' || cassette_j(tbl) || ',"op":' || cassette_j(op)
+                 || ',"key":' || key_json || ',"row":' || row_json || '}';
+    leaf bytea := sha256('\x00'::bytea || convert_to(body, 'UTF8'));
+    me text := pg_current_xact_id()::text;
+    tail text := current_setting('cassette.tail', true);
+    entry_seq bigint;
+    prev bytea;
+    chain bytea;
+    stored bytea;
+    taken boolean;
+    holder xid8;
+BEGIN
+    IF cassette_tail_malformed(tail) THEN
+        RAISE EXCEPTION 'JOURNAL_BROKEN: cassette.tail is not a transaction, a seq and a chain hash';
+    END IF;
+    -- Every journaled write's BEFORE trigger has taken the head (cassette_tx_ms()), so no
+    -- other transaction can append before this one commits; checked below either way.
+    IF split_part(tail, ':', 1) = me THEN  -- this transaction's last entry, as the hint says
+        entry_seq := split_part(tail, ':', 2)::bigint + 1;
+        prev := decode(split_part(tail, ':', 3), 'hex');
+        -- The hint is any session's to set: the entry it names must be stored with that
+        -- chain hash and be the journal's last (the next seq free).
+        SELECT j.chain_hash, EXISTS (SELECT 1 FROM cassette_journal n WHERE n.seq = entry_seq),
+               (SELECT h.tx FROM cassette_head h)
+          INTO stored, taken, holder
+          FROM cassette_journal j WHERE j.seq = entry_seq - 1;
+        IF stored IS DISTINCT FROM prev OR taken THEN
+            RAISE EXCEPTION 'JOURNAL_BROKEN: entries are appended by the journal''s triggers only';
+        END IF;
+    ELSE  -- its first: the head, where the last commit left it (unless its follower was
+          -- disabled: then an entry is already at its next seq)
+        SELECT h.next_seq, h.chain_hash, h.tx,
+               EXISTS (SELECT 1 FROM cassette_journal n WHERE n.seq = h.next_seq)
+          INTO entry_seq, prev, holder, taken
+          FROM cassette_head h;
+        IF taken THEN
+            RAISE EXCEPTION 'JOURNAL_BROKEN: entries are appended by the journal''s triggers only';
+        END IF;
+    END IF;
+    IF holder IS DISTINCT FROM pg_current_xact_id() THEN
+        RAISE EXCEPTION 'JOURNAL_BROKEN: entries are appended by the journal''s triggers only';
+    END IF;
+    chain := sha256('\x02'::bytea || int8send(entry_seq) || prev || leaf);
+    -- Set before the INSERT, so that a follower made immediate (it fires at the INSERT's
+    -- end) finds it; if the INSERT fails, its (sub)transaction and the setting go with it.
+    PERFORM set_config('cassette.tail', me || ':' || entry_seq || ':' || encode(chain, 'hex'), true);
+    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash, tbl, row_key)
+    VALUES (entry_seq, body, leaf, chain, tbl, row_key);
+END $$;
+
+DROP TRIGGER cassette_journal_guard ON cassette_journal;
+CREATE TRIGGER cassette_journal_guard BEFORE INSERT ON cassette_journal
+    FOR EACH ROW WHEN (pg_trigger_depth() = 0) EXECUTE FUNCTION cassette_journal_guard();
+
+-- 1.
+ALTER FUNCTION cassette_claim(text, text, integer, bigint) SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_complete(text, bigint, text, bigint, text, text) SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_release(text, bigint, text, bigint) SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_requeue(text, bigint, bigint) SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_post(text, text, text, text, text[], integer[], text[]) SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_posted_under_key(text, text, text, text) SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_run_has_pending(text) SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_save_checkpoint(text, text, text) SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_append_action(text, text, text, text, text, text, text, text, text, text,
+                                      text, bigint, text, bigint, bigint, text, text, text, text)
+    SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_attest(text, text, bigint, bigint, bigint, text, text, text)
+    SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_journal_append(text, text, text, text, text) SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_journal_guard() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_head_guard() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_messages_insert() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_jobs_insert() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_steps_insert() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_steps_update() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_steps_update_signature() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_receipts_insert() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_receipts_signature() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_receipts_commit_step() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_releases_requeue_step() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_releases_insert() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_attestations_insert() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_actions_insert() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_checkpoints_insert() SET enable_seqscan = off SET jit = off;
