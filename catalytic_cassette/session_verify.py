@@ -43,7 +43,7 @@ SQLITE_READS: dict[str, str] = {
     " WHERE session_id = :session_id ORDER BY action_seq",
     "session_entries": "SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal"
     " WHERE tbl = 'cassette_actions' AND row_key = :action_id ORDER BY seq",
-    "session_chain_hash": "SELECT chain_hash FROM cassette_journal WHERE seq = :seq",
+    "chain_hash_at": "SELECT chain_hash FROM cassette_journal WHERE seq = :seq",
     "session_cause_time": "SELECT timestamp FROM cassette_actions WHERE action_id = :action_id",
 }
 
@@ -210,7 +210,7 @@ def _check_entry(
     if leaf != stored_leaf:
         report.add("leaf_hash", action_id, "the entry's leaf hash is not SHA-256 of its body", seq)
         return None
-    before = fetch("session_chain_hash", {"seq": seq - 1})
+    before = fetch("chain_hash_at", {"seq": seq - 1})
     prev = ZERO_HASH if seq == 0 else (before[0][0] if before else None)
     if prev is None or chain_hash(seq, prev, leaf) != stored_chain:
         report.add("chain_hash", action_id, "the entry does not link to the one before", seq)

@@ -47,6 +47,7 @@ def test_bench_postgres_quick_run(tmp_path: Path) -> None:
         "shared_buffers=",
         "load average",
         "ours-separate   2 worker(s)",
+        "CPU ms per step: clients",
         "ours-fused      2 worker(s)",
         "raw-separate    2 worker(s)",
         "raw-fused       2 worker(s)",
@@ -71,3 +72,37 @@ def test_bench_postgres_quick_run(tmp_path: Path) -> None:
     data = json.loads(results.read_text())
     assert {"setup", "cycle", "post", "hold", "append", "verify"} <= set(data)
     assert data["setup"]["settings"]["fsync"] == "on"
+
+
+@pytest.mark.slow
+def test_bench_pg_levers_runs_both_ways(tmp_path: Path) -> None:
+    """`scripts/bench_pg_levers.py`: an A/B of a variant against none, and the wait
+    sampler, end to end at tiny sizes on their own cluster."""
+    try:
+        postgres._pg_cluster().find_bin_dir()
+    except Exception as error:  # no PostgreSQL: fails unless CASSETTE_SKIP_POSTGRES=1
+        postgres.unavailable(str(error))
+    variant = tmp_path / "fillfactor.sql"
+    variant.write_text("ALTER TABLE cassette_head SET (fillfactor = 100);\n", encoding="utf-8")
+    script = str(ROOT / "scripts" / "bench_pg_levers.py")
+    sizes = ["--steps", "30", "--workers", "2", "--loop", "ours-fused"]
+    ab = subprocess.run(
+        [sys.executable, script, "ab", *sizes, "--reps", "1", "-", str(variant)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
+    assert ab.returncode == 0, ab.stdout + ab.stderr
+    lines = [line for line in ab.stdout.splitlines() if "steps/s [" in line]
+    assert [line.split()[0] for line in lines] == ["-", str(variant)]
+    assert all("CPU ms per step: clients" in line for line in lines)
+    waits = subprocess.run(
+        [sys.executable, script, "waits", *sizes],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
+    assert waits.returncode == 0, waits.stdout + waits.stderr
+    assert "of the backends' samples" in waits.stdout

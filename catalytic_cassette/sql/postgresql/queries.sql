@@ -496,9 +496,6 @@ SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, 
 SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal
  WHERE tbl = 'cassette_actions' AND row_key = %(action_id)s ORDER BY seq;
 
--- name: session_chain_hash
-SELECT chain_hash FROM cassette_journal WHERE seq = %(seq)s;
-
 -- name: session_cause_time
 SELECT "timestamp" FROM cassette_actions WHERE action_id = %(action_id)s;
 

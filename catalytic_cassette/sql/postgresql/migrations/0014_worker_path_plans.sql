@@ -46,6 +46,16 @@
 --    the owner's included, or by a function a client calls); an entry inserted from a
 --    trigger is the append's, as only the owner can make triggers (the owner's own DDL is
 --    the catalog change verify reports).
+-- 6. A completion takes the head once. cassette_complete() took it before its INSERT, and
+--    the receipt's trigger took it again (the second call only reads the stamp); now the
+--    trigger takes it (STEP_NOT_FOUND, when the INSERT finds no step, is decided without
+--    it: a refusal writes nothing). The trigger reads the step with a snapshot taken after
+--    it holds the head, as before.
+-- 7. A step's commit (LEASED -> COMMITTED) does not ask for the transaction's time: no rule
+--    of that transition uses it, and it comes from its receipt's insert, which holds the
+--    head.
+-- 8. The step's signature guard (0007) runs only for a requeue (LEASED -> PENDING), the
+--    one transition it checks (a WHEN condition equal to its own first condition).
 
 -- 2.
 CREATE OR REPLACE FUNCTION cassette_run_has_pending(p_run_id text) RETURNS boolean
@@ -170,6 +180,102 @@ END $$;
 DROP TRIGGER cassette_journal_guard ON cassette_journal;
 CREATE TRIGGER cassette_journal_guard BEFORE INSERT ON cassette_journal
     FOR EACH ROW WHEN (pg_trigger_depth() = 0) EXECUTE FUNCTION cassette_journal_guard();
+
+-- 6.
+CREATE OR REPLACE FUNCTION cassette_complete(p_run_id text, p_step_id bigint, p_worker_id text,
+                                             p_fencing_token bigint, p_outcome text,
+                                             p_receipt_json text)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
+    SET standard_conforming_strings = on SET extra_float_digits = 1 SET bytea_output = 'hex' AS $$
+DECLARE
+    made bigint;
+BEGIN
+    INSERT INTO cassette_receipts (step_id, job_id, run_id, worker_id, fencing_token, outcome, receipt_json)
+    SELECT s.step_id, s.job_id, p_run_id, p_worker_id, p_fencing_token, p_outcome, p_receipt_json
+    FROM cassette_steps s WHERE s.step_id = p_step_id
+    RETURNING receipt_id INTO made;
+    IF made IS NULL THEN
+        RAISE EXCEPTION 'STEP_NOT_FOUND: no step %', p_step_id;
+    END IF;
+    RETURN made;
+END $$;
+
+-- 7.
+CREATE OR REPLACE FUNCTION cassette_steps_update() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_ms bigint;
+BEGIN
+    -- A claim and a requeue are judged at the transaction's time, and take the head. A
+    -- commit is not: it comes from its receipt's insert, which took the head (and an
+    -- UPDATE by hand without a receipt is refused below; the journal's append refuses
+    -- an entry of a transaction without the head either way).
+    IF OLD.status IS DISTINCT FROM 'LEASED' OR NEW.status IS DISTINCT FROM 'COMMITTED' THEN
+        now_ms := cassette_tx_ms();
+    END IF;
+    IF NEW.status IS NULL OR NEW.status NOT IN ('PENDING', 'LEASED', 'COMMITTED') THEN
+        PERFORM cassette_refuse('INVALID_STATUS: status is PENDING, LEASED or COMMITTED');
+    END IF;
+    IF NEW.fencing_token IS NULL OR NEW.fencing_token < 0 THEN
+        PERFORM cassette_refuse('INVALID_TOKEN: a fencing token is a non-negative integer');
+    END IF;
+    IF NEW.step_id IS DISTINCT FROM OLD.step_id OR NEW.job_id IS DISTINCT FROM OLD.job_id
+       OR NEW.run_id IS DISTINCT FROM OLD.run_id OR NEW.message_id IS DISTINCT FROM OLD.message_id
+       OR NEW.job_ordinal IS DISTINCT FROM OLD.job_ordinal OR NEW.ordinal IS DISTINCT FROM OLD.ordinal
+       OR NEW.payload_json IS DISTINCT FROM OLD.payload_json OR NEW.created_at IS DISTINCT FROM OLD.created_at THEN
+        PERFORM cassette_refuse('IMMUTABLE_FIELD: only status, lease fields and fencing_token of a step change');
+    END IF;
+    IF NEW.status = OLD.status AND (NEW.lease_owner IS DISTINCT FROM OLD.lease_owner
+        OR NEW.lease_expires_at IS DISTINCT FROM OLD.lease_expires_at
+        OR NEW.fencing_token IS DISTINCT FROM OLD.fencing_token) THEN
+        PERFORM cassette_refuse('LEASE_FIELDS_LOCKED: lease fields change only with a claim or a requeue');
+    END IF;
+    IF NOT ((OLD.status = 'PENDING' AND NEW.status = 'LEASED')
+            OR (OLD.status = 'LEASED' AND NEW.status = 'COMMITTED')
+            OR (OLD.status = 'LEASED' AND NEW.status = 'PENDING')) THEN
+        PERFORM cassette_refuse('ILLEGAL_TRANSITION: allowed are PENDING->LEASED, LEASED->COMMITTED, LEASED->PENDING');
+    END IF;
+    IF OLD.status = 'PENDING' THEN
+        IF NOT cassette_name_ok(NEW.lease_owner) OR NEW.lease_expires_at IS NULL
+           OR NEW.fencing_token IS DISTINCT FROM OLD.fencing_token + 1 THEN
+            PERFORM cassette_refuse('LEASE_FIELDS_LOCKED: a claim sets lease_owner and lease_expires_at and adds 1 to the token');
+        END IF;
+        IF NEW.lease_expires_at <= now_ms THEN
+            PERFORM cassette_refuse('INVALID_TTL: a lease must expire in the future');
+        END IF;
+        IF NEW.lease_expires_at > now_ms + 2592000000 THEN
+            PERFORM cassette_refuse('INVALID_TTL: a lease may last at most 30 days');
+        END IF;
+    ELSIF NEW.status = 'PENDING' THEN
+        IF NEW.lease_owner IS NOT NULL OR NEW.lease_expires_at IS NOT NULL
+           OR NEW.fencing_token IS DISTINCT FROM OLD.fencing_token THEN
+            PERFORM cassette_refuse('LEASE_FIELDS_LOCKED: a requeue clears the lease and keeps the token');
+        END IF;
+        IF OLD.lease_expires_at > now_ms AND NOT EXISTS (
+            SELECT 1 FROM cassette_releases
+            WHERE step_id = OLD.step_id AND fencing_token = OLD.fencing_token) THEN
+            PERFORM cassette_refuse('LEASE_NOT_EXPIRED: only an expired or released lease is requeued');
+        END IF;
+    ELSE
+        IF NEW.lease_owner IS DISTINCT FROM OLD.lease_owner
+           OR NEW.lease_expires_at IS DISTINCT FROM OLD.lease_expires_at
+           OR NEW.fencing_token IS DISTINCT FROM OLD.fencing_token THEN
+            PERFORM cassette_refuse('LEASE_FIELDS_LOCKED: committing keeps the lease fields and the token');
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM cassette_receipts r WHERE r.step_id = OLD.step_id
+                       AND r.fencing_token = OLD.fencing_token AND r.worker_id = OLD.lease_owner) THEN
+            PERFORM cassette_refuse('RECEIPT_REQUIRED: a step is committed only by inserting its receipt');
+        END IF;
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- 8.
+DROP TRIGGER cassette_steps_update_signature ON cassette_steps;
+CREATE TRIGGER cassette_steps_update_signature BEFORE UPDATE ON cassette_steps
+    FOR EACH ROW WHEN (OLD.status = 'LEASED' AND NEW.status = 'PENDING')
+    EXECUTE FUNCTION cassette_steps_update_signature();
 
 -- 1.
 ALTER FUNCTION cassette_claim(text, text, integer, bigint) SET enable_seqscan = off SET jit = off;
