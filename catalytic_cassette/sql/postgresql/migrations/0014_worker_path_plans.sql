@@ -39,7 +39,7 @@
 --    the head (its transaction's first entry) or from the transaction's last entry named in
 --    cassette.tail, and the journal's guard then checked, by three more lookups and two
 --    hashes, what the append had just done. The append now checks what it relies on, in
---    one statement: the head is held by its own transaction, the seq it writes is free (a
+--    one or two statements: the head is held by its own transaction, the seq it writes is free (a
 --    head left behind by a disabled follower is refused as before), and a tail it
 --    continues from names a stored entry with that chain hash. The guard still checks every entry inserted by anything other
 --    than a trigger (pg_trigger_depth() = 0 in its WHEN condition: an INSERT by a client,
@@ -158,11 +158,10 @@ BEGIN
         END IF;
     ELSE  -- its first: the head, where the last commit left it (unless its follower was
           -- disabled: then an entry is already at its next seq)
-        SELECT h.next_seq, h.chain_hash, h.tx,
-               EXISTS (SELECT 1 FROM cassette_journal n WHERE n.seq = h.next_seq)
-          INTO entry_seq, prev, holder, taken
-          FROM cassette_head h;
-        IF taken THEN
+        SELECT h.next_seq, h.chain_hash, h.tx INTO entry_seq, prev, holder FROM cassette_head h;
+        -- (a statement of its own: an EXISTS correlated with the head's row may be planned
+        -- as a hash of every seq in the journal, when the head has no statistics)
+        IF EXISTS (SELECT 1 FROM cassette_journal n WHERE n.seq = entry_seq) THEN
             RAISE EXCEPTION 'JOURNAL_BROKEN: entries are appended by the journal''s triggers only';
         END IF;
     END IF;
