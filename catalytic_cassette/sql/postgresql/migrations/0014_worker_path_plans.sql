@@ -1,8 +1,8 @@
 -- 0014: the worker's path without scans, per-call planning or checks done twice (issue 15,
 -- item 7). Same law, same journal bytes, same codes. Measured in docs/BENCHMARKS.md, "Issue
--- 15: server CPU per step", with the CPU per step that scripts/bench.py now prints and
--- perf: with four workers on two CPUs the server's CPU, not the head's lock, bounded the
--- rate, and much of it went to work that did not need doing.
+-- 15: server CPU per step, and migration 0014", with the CPU per step that scripts/bench.py
+-- now prints and perf: with four workers on two CPUs much of the server's CPU went to work
+-- that did not need doing.
 --
 -- 1. Plans that do not depend on statistics. A PL/pgSQL function caches its statements'
 --    plans for the session, and the plan is made from the table's statistics. A table
@@ -12,13 +12,12 @@
 --    rows read per step after 2,000 steps). The law's functions that look rows up by key
 --    now plan with enable_seqscan off, so they use the key's index whatever the statistics
 --    say (a table with no usable index is still scanned), and with jit off: a scan the
---    setting penalizes still costs more than JIT's threshold, and JIT compiled such a
---    statement at every call (50 ms; a batch of 400 appends took 28 s, not 0.1). Set on
---    the functions the roles
---    call and on the tables' trigger functions (which run for the owner's own DML too),
---    not on the session: the clients' own queries plan as they did. (Functions that only
---    read the one-row head, and SQL functions the server inlines into their caller: not
---    set.)
+--    first setting penalizes still costs more than JIT's threshold, and JIT compiled such
+--    a statement at every call (50 ms; a batch of 400 appends took 28 s, not 0.1). Set on
+--    the functions the roles call and on the tables' trigger functions (which run for the
+--    owner's own DML too), not on the session: the clients' own queries plan as they did.
+--    (Functions that only read the one-row head, and SQL functions the server inlines into
+--    their caller, are not set.)
 -- 2. The claim's "is anything PENDING?" before the head (0012) was a SQL function with its
 --    own search_path, which the server cannot inline, so it was planned at every call; the
 --    plan, made from statistics taken when most steps were PENDING, was a sequential scan
@@ -39,13 +38,14 @@
 --    the head (its transaction's first entry) or from the transaction's last entry named in
 --    cassette.tail, and the journal's guard then checked, by three more lookups and two
 --    hashes, what the append had just done. The append now checks what it relies on, in
---    one or two statements: the head is held by its own transaction, the seq it writes is free (a
---    head left behind by a disabled follower is refused as before), and a tail it
---    continues from names a stored entry with that chain hash. The guard still checks every entry inserted by anything other
---    than a trigger (pg_trigger_depth() = 0 in its WHEN condition: an INSERT by a client,
---    the owner's included, or by a function a client calls); an entry inserted from a
---    trigger is the append's, as only the owner can make triggers (the owner's own DDL is
---    the catalog change verify reports).
+--    one or two statements: the head is held by its own transaction, the seq it writes is
+--    free (a head left behind by a disabled follower is refused as before), and a tail it
+--    continues from names a stored entry with that chain hash. The guard still checks
+--    every entry inserted by anything other than a trigger (pg_trigger_depth() = 0 in its
+--    WHEN condition: an INSERT by a client, the owner's included, or by a function a client
+--    calls). An entry inserted from within a trigger is the append's: only the owner may
+--    insert into the journal, so only a trigger of the owner's making could do otherwise,
+--    and the owner's DDL is the catalog change verify reports.
 -- 6. A completion takes the head once. cassette_complete() took it before its INSERT, and
 --    the receipt's trigger took it again (the second call only reads the stamp); now the
 --    trigger takes it (STEP_NOT_FOUND, when the INSERT finds no step, is decided without
