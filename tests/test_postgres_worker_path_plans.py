@@ -1,7 +1,9 @@
 """The worker's path without scans or checks done twice (PostgreSQL migration 0014).
 
 - A session that planned its lookups while a table was small (statistics taken on an empty
-  table: a new ledger) reads that table by key, not by scanning it, however much it grew.
+  table: a new ledger) reads that table by key, not by scanning it, however much it grew;
+  a function planned that way plans without JIT too; a transaction's first entry reads a
+  bounded number of journal rows when the head has no statistics.
 - The head's guard runs only when an UPDATE changes something it checks: for every UPDATE
   of a set covering each column's moves, the outcome is the one the guard gives when it
   always runs (differential, as the owner).
