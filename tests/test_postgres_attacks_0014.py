@@ -179,3 +179,62 @@ def test_the_append_from_a_temporary_trigger_still_journals(owner: Any) -> None:
     seq, body, chain = after[-1]
     assert chain == chain_hash(seq, before[-1][2], leaf_hash(body.encode()))
     assert head(owner)[:2] == (seq + 1, chain)
+
+
+# ------------------------------------------------- plans that statistics cannot steer
+
+
+def seq_scans(owner: Any, session: Any, table: str) -> int:
+    """Sequential scans of ``table`` so far, ``session``'s own flushed first."""
+    session.execute("SELECT pg_stat_force_next_flush()")
+    owner.execute("SELECT pg_stat_force_next_flush()")
+    row = owner.execute(
+        "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = %s", (table,)
+    ).fetchone()
+    return int(row[0])
+
+
+@pytest.fixture
+def analyzed(pg_ledger: str) -> Iterator[Any]:
+    """The owner's session on a ledger of 40 PENDING steps, analyzed while small."""
+    with MessageCassette(pg_ledger) as cassette:
+        cassette.post_message(
+            {"jobs": [{"intent": "i", "steps": [{"n": n} for n in range(40)]}]}, "run", "USER"
+        )
+    with psycopg.connect(pg_ledger, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        yield conn
+
+
+def test_the_lease_due_check_a_worker_calls_reads_steps_by_key(
+    pg_ledger: str, analyzed: Any
+) -> None:
+    """cassette_run_has_lease_due, granted to the worker and called by the package before
+    a requeue, is a SQL function with its own search_path (so planned at every call, from
+    the statistics), like the PENDING check 0014 fixed: it scanned every step of every run.
+    With 0015 it plans like the law's other functions, over (run_id, status)."""
+    with psycopg.connect(pg_ledger, autocommit=True) as worker:
+        worker.execute("SET ROLE cassette_worker")
+        worker.execute("SELECT step_id FROM cassette_claim('run', 'w', 5, 60000)")
+        before = seq_scans(analyzed, worker, "cassette_steps")
+        for _ in range(10):
+            (due,) = worker.execute("SELECT cassette_run_has_lease_due('run')").fetchone()
+            assert due is False
+        assert seq_scans(analyzed, worker, "cassette_steps") == before
+
+
+def test_a_release_by_hand_reads_attestations_by_key(analyzed: Any) -> None:
+    """The owner's release by hand runs the releases' signature trigger, the one trigger
+    function with a keyed lookup (its lease's claim attestation) that 0014 left planning
+    from the statistics (its receipts twin is set): it scanned the attestations."""
+    before = seq_scans(analyzed, analyzed, "cassette_attestations")
+    for _ in range(10):
+        step, token = analyzed.execute(
+            "SELECT step_id, fencing_token FROM cassette_claim('run', 'w', 1, 60000)"
+        ).fetchone()
+        analyzed.execute(
+            "INSERT INTO cassette_releases (step_id, run_id, worker_id, fencing_token)"
+            " VALUES (%s, 'run', 'w', %s)",
+            (step, token),
+        )
+    assert seq_scans(analyzed, analyzed, "cassette_attestations") == before
