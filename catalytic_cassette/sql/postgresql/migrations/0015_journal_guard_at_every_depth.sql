@@ -1,4 +1,5 @@
--- 0015: the journal's guard checks every entry again, at any trigger depth (review of 0014).
+-- 0015: review of 0014. The journal's guard checks every entry again, at any trigger
+-- depth; two lookups 0014 missed plan without statistics.
 --
 -- 0014 ran the guard only for entries inserted at pg_trigger_depth() = 0, on the ground
 -- that an entry inserted from a trigger is cassette_journal_append's, "since only the
@@ -18,3 +19,12 @@
 DROP TRIGGER cassette_journal_guard ON cassette_journal;
 CREATE TRIGGER cassette_journal_guard BEFORE INSERT ON cassette_journal
     FOR EACH ROW EXECUTE FUNCTION cassette_journal_guard();
+
+-- Two keyed lookups 0014 left planning from the statistics. cassette_run_has_lease_due
+-- (granted to the worker, called by the package before a requeue) is a SQL function with
+-- its own search_path, so the server plans it at every call, from the statistics, as it
+-- did the PENDING check 0014 rewrote: a sequential scan of the steps. The releases'
+-- signature trigger (its receipts twin was set) looks up its lease's claim attestation:
+-- by hand, the owner's session planned it into a scan of the attestations.
+ALTER FUNCTION cassette_run_has_lease_due(text) SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_releases_signature() SET enable_seqscan = off SET jit = off;
