@@ -7,9 +7,9 @@
 - The head's guard runs only when an UPDATE changes something it checks: for every UPDATE
   of a set covering each column's moves, the outcome is the one the guard gives when it
   always runs (differential, as the owner).
-- The journal's guard runs for entries inserted by anything but a trigger; the append
-  checks what it relies on. (Forged tails: tests/test_postgres_head_at_commit.py and
-  tests/test_postgres_attacks_merged.py.)
+- The append checks what it relies on; the journal's guard checks every entry again
+  (0015; from a trigger too: tests/test_postgres_attacks_0014.py). (Forged tails:
+  tests/test_postgres_head_at_commit.py and tests/test_postgres_attacks_merged.py.)
 """
 
 from __future__ import annotations
