@@ -1,13 +1,15 @@
 """Migration 0014 attacked (issue 15, review of the worker path's plans).
 
-0014 put the journal's guard behind ``WHEN (pg_trigger_depth() = 0)``: an entry inserted
-from a trigger was taken to be cassette_journal_append's, "since only the owner makes
-triggers, and the owner's DDL is what verify's catalog check reports". But a temporary
-table, its trigger and the trigger's function in ``pg_temp`` are any session's to make
-(TEMP is PUBLIC's), they are in no catalog verify reads (another session's temporary
-objects, gone when it ends), and a trigger on them runs the owner's INSERT at depth 1.
-Each test is the owner's session doing DML only (no DDL on a ledger object): what the
-guard refuses at depth 0 it must refuse from a trigger too.
+The journal's guard repeats checks whose values the append has just computed, and a first
+form of 0014 (not landed) ran it only at ``WHEN (pg_trigger_depth() = 0)``: an entry
+inserted from a trigger was taken to be cassette_journal_append's, "since only the owner
+makes triggers, and the owner's DDL is what verify's catalog check reports". But a
+temporary table, its trigger and the trigger's function in ``pg_temp`` are any session's
+to make (TEMP is PUBLIC's), they are in no catalog verify reads (another session's
+temporary objects, gone when it ends), and a trigger on them runs the owner's INSERT at
+depth 1. Each test is the owner's session doing DML only (no DDL on a ledger object): what
+the guard refuses at depth 0 it must refuse from a trigger too. And two keyed lookups the
+first form left planning from statistics.
 """
 
 from __future__ import annotations
@@ -212,7 +214,7 @@ def test_the_lease_due_check_a_worker_calls_reads_steps_by_key(
     """cassette_run_has_lease_due, granted to the worker and called by the package before
     a requeue, is a SQL function with its own search_path (so planned at every call, from
     the statistics), like the PENDING check 0014 fixed: it scanned every step of every run.
-    With 0015 it plans like the law's other functions, over (run_id, status)."""
+    It plans like the law's other functions, over (run_id, status)."""
     with psycopg.connect(pg_ledger, autocommit=True) as worker:
         worker.execute("SET ROLE cassette_worker")
         worker.execute("SELECT step_id FROM cassette_claim('run', 'w', 5, 60000)")
@@ -225,8 +227,8 @@ def test_the_lease_due_check_a_worker_calls_reads_steps_by_key(
 
 def test_a_release_by_hand_reads_attestations_by_key(analyzed: Any) -> None:
     """The owner's release by hand runs the releases' signature trigger, the one trigger
-    function with a keyed lookup (its lease's claim attestation) that 0014 left planning
-    from the statistics (its receipts twin is set): it scanned the attestations."""
+    function with a keyed lookup (its lease's claim attestation) that 0014's first form left
+    planning from the statistics (its receipts twin is set): it scanned the attestations."""
     before = seq_scans(analyzed, analyzed, "cassette_attestations")
     for _ in range(10):
         step, token = analyzed.execute(

@@ -7,8 +7,8 @@
 - The head's guard runs only when an UPDATE changes something it checks: for every UPDATE
   of a set covering each column's moves, the outcome is the one the guard gives when it
   always runs (differential, as the owner).
-- The append checks what it relies on; the journal's guard checks every entry again
-  (0015; from a trigger too: tests/test_postgres_attacks_0014.py). (Forged tails:
+- The journal's guard checks every entry, from a function a client calls too (from a
+  trigger: tests/test_postgres_attacks_0014.py). (Forged tails:
   tests/test_postgres_head_at_commit.py and tests/test_postgres_attacks_merged.py.)
 """
 

@@ -52,44 +52,9 @@ BEGIN
 END $function$
 
 ;
-CREATE OR REPLACE FUNCTION public.cassette_journal_append(tbl text, op text, key_json text, row_key text, row_json text)
- RETURNS void
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-    body text := '{"table":' || cassette_j(tbl) || ',"op":' || cassette_j(op)
-                 || ',"key":' || key_json || ',"row":' || row_json || '}';
-    leaf bytea := sha256('\x00'::bytea || convert_to(body, 'UTF8'));
-    me text := pg_current_xact_id()::text;
-    tail text := current_setting('cassette.tail', true);
-    entry_seq bigint;
-    prev bytea;
-    chain bytea;
-BEGIN
-    IF cassette_tail_malformed(tail) THEN
-        RAISE EXCEPTION 'JOURNAL_BROKEN: cassette.tail is not a transaction, a seq and a chain hash';
-    END IF;
-    -- Every journaled write's BEFORE trigger has taken the head (cassette_tx_ms()), so no
-    -- other transaction can append before this one commits; the guard checks it.
-    IF split_part(tail, ':', 1) = me THEN  -- this transaction's last entry
-        entry_seq := split_part(tail, ':', 2)::bigint + 1;
-        prev := decode(split_part(tail, ':', 3), 'hex');
-    ELSE  -- its first: the head, where the last commit left it
-        SELECT next_seq, chain_hash INTO entry_seq, prev FROM cassette_head;
-    END IF;
-    chain := sha256('\x02'::bytea || int8send(entry_seq) || prev || leaf);
-    -- Set before the INSERT, so that a follower made immediate (it fires at the INSERT's
-    -- end) finds it; if the INSERT fails, its (sub)transaction and the setting go with it.
-    PERFORM set_config('cassette.tail', me || ':' || entry_seq || ':' || encode(chain, 'hex'), true);
-    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash, tbl, row_key)
-    VALUES (entry_seq, body, leaf, chain, tbl, row_key);
-END $function$
-
-;
 ALTER TABLE cassette_head RESET (fillfactor);
 DROP TRIGGER cassette_head_guard_update ON cassette_head; DROP TRIGGER cassette_head_guard ON cassette_head;
 CREATE TRIGGER cassette_head_guard BEFORE INSERT OR DELETE OR UPDATE ON public.cassette_head FOR EACH ROW EXECUTE FUNCTION cassette_head_guard();
-DROP TRIGGER cassette_journal_guard ON cassette_journal; CREATE TRIGGER cassette_journal_guard BEFORE INSERT ON public.cassette_journal FOR EACH ROW EXECUTE FUNCTION cassette_journal_guard();
 ALTER FUNCTION cassette_claim(text, text, integer, bigint) RESET enable_seqscan;
 ALTER FUNCTION cassette_claim(text, text, integer, bigint) RESET jit;
 ALTER FUNCTION cassette_complete(text, bigint, text, bigint, text, text) RESET enable_seqscan;
@@ -116,6 +81,10 @@ ALTER FUNCTION cassette_journal_append(text, text, text, text, text) RESET enabl
 ALTER FUNCTION cassette_journal_append(text, text, text, text, text) RESET jit;
 ALTER FUNCTION cassette_journal_guard() RESET enable_seqscan;
 ALTER FUNCTION cassette_journal_guard() RESET jit;
+ALTER FUNCTION cassette_run_has_lease_due(text) RESET enable_seqscan;
+ALTER FUNCTION cassette_run_has_lease_due(text) RESET jit;
+ALTER FUNCTION cassette_releases_signature() RESET enable_seqscan;
+ALTER FUNCTION cassette_releases_signature() RESET jit;
 ALTER FUNCTION cassette_head_guard() RESET enable_seqscan;
 ALTER FUNCTION cassette_head_guard() RESET jit;
 ALTER FUNCTION cassette_messages_insert() RESET enable_seqscan;

@@ -34,28 +34,22 @@
 --    Taking the head (cassette_tx_ms: its own stamp, a later time) no longer calls it; the
 --    trigger's WHEN condition is the guard's own conditions, NULL-safe (a NULL time or
 --    offset calls it, as the NOT NULL constraint refuses them anyway).
--- 5. The journal's entries are checked once. cassette_journal_append computes an entry from
---    the head (its transaction's first entry) or from the transaction's last entry named in
---    cassette.tail, and the journal's guard then checked, by three more lookups and two
---    hashes, what the append had just done. The append now checks what it relies on, in
---    one or two statements: the head is held by its own transaction, the seq it writes is
---    free (a head left behind by a disabled follower is refused as before), and a tail it
---    continues from names a stored entry with that chain hash. The guard still checks
---    every entry inserted by anything other than a trigger (pg_trigger_depth() = 0 in its
---    WHEN condition: an INSERT by a client, the owner's included, or by a function a client
---    calls). An entry inserted from within a trigger is the append's: only the owner may
---    insert into the journal, so only a trigger of the owner's making could do otherwise,
---    and the owner's DDL is the catalog change verify reports.
--- 6. A completion takes the head once. cassette_complete() took it before its INSERT, and
+-- 5. A completion takes the head once. cassette_complete() took it before its INSERT, and
 --    the receipt's trigger took it again (the second call only reads the stamp); now the
 --    trigger takes it (STEP_NOT_FOUND, when the INSERT finds no step, is decided without
 --    it: a refusal writes nothing). The trigger reads the step with a snapshot taken after
 --    it holds the head, as before.
--- 7. A step's commit (LEASED -> COMMITTED) does not ask for the transaction's time: no rule
+-- 6. A step's commit (LEASED -> COMMITTED) does not ask for the transaction's time: no rule
 --    of that transition uses it, and it comes from its receipt's insert, which holds the
 --    head.
--- 8. The step's signature guard (0007) runs only for a requeue (LEASED -> PENDING), the
+-- 7. The step's signature guard (0007) runs only for a requeue (LEASED -> PENDING), the
 --    one transition it checks (a WHEN condition equal to its own first condition).
+-- Not done: the journal's guard repeats, for every entry, checks whose values the append
+--    has just computed (the head held, the entry before, the free seq, the hashes). Run
+--    only for entries inserted at pg_trigger_depth() = 0 (the append inserts from a
+--    trigger) it let any session's temporary table carry a trigger whose INSERT skipped
+--    it (found by review; tests/test_postgres_attacks_0014.py): the guard runs for every
+--    entry, and the append checks nothing itself (checking in both was slower).
 
 -- 2.
 CREATE OR REPLACE FUNCTION cassette_run_has_pending(p_run_id text) RETURNS boolean
@@ -124,63 +118,6 @@ CREATE TRIGGER cassette_head_guard_update BEFORE UPDATE ON cassette_head
     EXECUTE FUNCTION cassette_head_guard();
 
 -- 5.
-CREATE OR REPLACE FUNCTION cassette_journal_append(tbl text, op text, key_json text, row_key text, row_json text)
-RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    body text := '{"table":' || cassette_j(tbl) || ',"op":' || cassette_j(op)
-                 || ',"key":' || key_json || ',"row":' || row_json || '}';
-    leaf bytea := sha256('\x00'::bytea || convert_to(body, 'UTF8'));
-    me text := pg_current_xact_id()::text;
-    tail text := current_setting('cassette.tail', true);
-    entry_seq bigint;
-    prev bytea;
-    chain bytea;
-    stored bytea;
-    taken boolean;
-    holder xid8;
-BEGIN
-    IF cassette_tail_malformed(tail) THEN
-        RAISE EXCEPTION 'JOURNAL_BROKEN: cassette.tail is not a transaction, a seq and a chain hash';
-    END IF;
-    -- Every journaled write's BEFORE trigger has taken the head (cassette_tx_ms()), so no
-    -- other transaction can append before this one commits; checked below either way.
-    IF split_part(tail, ':', 1) = me THEN  -- this transaction's last entry, as the hint says
-        entry_seq := split_part(tail, ':', 2)::bigint + 1;
-        prev := decode(split_part(tail, ':', 3), 'hex');
-        -- The hint is any session's to set: the entry it names must be stored with that
-        -- chain hash and be the journal's last (the next seq free).
-        SELECT j.chain_hash, EXISTS (SELECT 1 FROM cassette_journal n WHERE n.seq = entry_seq),
-               (SELECT h.tx FROM cassette_head h)
-          INTO stored, taken, holder
-          FROM cassette_journal j WHERE j.seq = entry_seq - 1;
-        IF stored IS DISTINCT FROM prev OR taken THEN
-            RAISE EXCEPTION 'JOURNAL_BROKEN: entries are appended by the journal''s triggers only';
-        END IF;
-    ELSE  -- its first: the head, where the last commit left it (unless its follower was
-          -- disabled: then an entry is already at its next seq)
-        SELECT h.next_seq, h.chain_hash, h.tx INTO entry_seq, prev, holder FROM cassette_head h;
-        -- (a statement of its own: an EXISTS correlated with the head's row may be planned
-        -- as a hash of every seq in the journal, when the head has no statistics)
-        IF EXISTS (SELECT 1 FROM cassette_journal n WHERE n.seq = entry_seq) THEN
-            RAISE EXCEPTION 'JOURNAL_BROKEN: entries are appended by the journal''s triggers only';
-        END IF;
-    END IF;
-    IF holder IS DISTINCT FROM pg_current_xact_id() THEN
-        RAISE EXCEPTION 'JOURNAL_BROKEN: entries are appended by the journal''s triggers only';
-    END IF;
-    chain := sha256('\x02'::bytea || int8send(entry_seq) || prev || leaf);
-    -- Set before the INSERT, so that a follower made immediate (it fires at the INSERT's
-    -- end) finds it; if the INSERT fails, its (sub)transaction and the setting go with it.
-    PERFORM set_config('cassette.tail', me || ':' || entry_seq || ':' || encode(chain, 'hex'), true);
-    INSERT INTO cassette_journal (seq, body, leaf_hash, chain_hash, tbl, row_key)
-    VALUES (entry_seq, body, leaf, chain, tbl, row_key);
-END $$;
-
-DROP TRIGGER cassette_journal_guard ON cassette_journal;
-CREATE TRIGGER cassette_journal_guard BEFORE INSERT ON cassette_journal
-    FOR EACH ROW WHEN (pg_trigger_depth() = 0) EXECUTE FUNCTION cassette_journal_guard();
-
--- 6.
 CREATE OR REPLACE FUNCTION cassette_complete(p_run_id text, p_step_id bigint, p_worker_id text,
                                              p_fencing_token bigint, p_outcome text,
                                              p_receipt_json text)
@@ -200,7 +137,7 @@ BEGIN
     RETURN made;
 END $$;
 
--- 7.
+-- 6.
 CREATE OR REPLACE FUNCTION cassette_steps_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -270,7 +207,7 @@ BEGIN
     RETURN NEW;
 END $$;
 
--- 8.
+-- 7.
 DROP TRIGGER cassette_steps_update_signature ON cassette_steps;
 CREATE TRIGGER cassette_steps_update_signature BEFORE UPDATE ON cassette_steps
     FOR EACH ROW WHEN (OLD.status = 'LEASED' AND NEW.status = 'PENDING')
@@ -284,6 +221,8 @@ ALTER FUNCTION cassette_requeue(text, bigint, bigint) SET enable_seqscan = off S
 ALTER FUNCTION cassette_post(text, text, text, text, text[], integer[], text[]) SET enable_seqscan = off SET jit = off;
 ALTER FUNCTION cassette_posted_under_key(text, text, text, text) SET enable_seqscan = off SET jit = off;
 ALTER FUNCTION cassette_run_has_pending(text) SET enable_seqscan = off SET jit = off;
+-- (a SQL function with its own search_path, planned at every call: found by review)
+ALTER FUNCTION cassette_run_has_lease_due(text) SET enable_seqscan = off SET jit = off;
 ALTER FUNCTION cassette_save_checkpoint(text, text, text) SET enable_seqscan = off SET jit = off;
 ALTER FUNCTION cassette_append_action(text, text, text, text, text, text, text, text, text, text,
                                       text, bigint, text, bigint, bigint, text, text, text, text)
@@ -302,6 +241,7 @@ ALTER FUNCTION cassette_receipts_insert() SET enable_seqscan = off SET jit = off
 ALTER FUNCTION cassette_receipts_signature() SET enable_seqscan = off SET jit = off;
 ALTER FUNCTION cassette_receipts_commit_step() SET enable_seqscan = off SET jit = off;
 ALTER FUNCTION cassette_releases_requeue_step() SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION cassette_releases_signature() SET enable_seqscan = off SET jit = off;
 ALTER FUNCTION cassette_releases_insert() SET enable_seqscan = off SET jit = off;
 ALTER FUNCTION cassette_attestations_insert() SET enable_seqscan = off SET jit = off;
 ALTER FUNCTION cassette_actions_insert() SET enable_seqscan = off SET jit = off;
