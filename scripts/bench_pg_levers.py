@@ -12,7 +12,7 @@ with every trial's, and the CPU each step cost in the worker processes and in th
 redefined, a trigger made conditional) or its undoing: SQL that puts back what a migration
 replaced measures that migration against its absence in the same run.
 
-``waits`` runs one trial and samples every 2 ms what the trial's backends wait for
+``waits`` runs one trial (of one variant, ``-`` by default) and samples every 2 ms what the trial's backends wait for
 (pg_stat_activity: a lock, the WAL, the client, or nothing: active).
 """
 
@@ -91,7 +91,11 @@ def ab(server: bench.Server, cluster_dir: str, args: argparse.Namespace) -> None
 
 
 def waits(server: bench.Server, cluster_dir: str, args: argparse.Namespace) -> None:
-    template(server, "tpl_lever_waits", args.loop, args.steps, None)
+    if len(args.variants) != 1:
+        raise SystemExit("waits measures one variant: a SQL file, or - for none")
+    variant = args.variants[0]
+    sql = None if variant == "-" else Path(variant).read_text(encoding="utf-8")
+    template(server, "tpl_lever_waits", args.loop, args.steps, sql)
     url = server.create(TRIAL, "tpl_lever_waits")
     counts: collections.Counter[str] = collections.Counter()
     done = threading.Event()

@@ -468,12 +468,10 @@ WRITES = {
 
 
 @pytest.mark.parametrize("role", list(WRITES), ids=["worker", "appender", "owner"])
-@pytest.mark.parametrize("when", ["before", "between", "at_commit"])
-def test_a_malformed_tail_is_journal_broken(seeded: str, role: str | None, when: str) -> None:
-    """Set before the transaction's first entry, between two entries, or after its last
-    (read at the commit by the follower): JOURNAL_BROKEN (before 0012 a value that named
-    the transaction failed its cast, INVALID_ARGUMENT, and one that
-    named none was ignored), and nothing is written."""
+def test_a_malformed_tail_at_the_commit_is_journal_broken(seeded: str, role: str | None) -> None:
+    """Set after the transaction's last entry, where the follower reads it at the commit:
+    JOURNAL_BROKEN (before 0012 a value that named the transaction failed its cast,
+    INVALID_ARGUMENT, and one that named none was ignored), and nothing is written."""
     write = WRITES[role]
     with connect(seeded) as owner:
         before = (head_row(owner), tail(owner))
@@ -481,34 +479,56 @@ def test_a_malformed_tail_is_journal_broken(seeded: str, role: str | None, when:
         for template in MALFORMED:
             with pytest.raises(psycopg.Error) as caught, conn.transaction():
                 (me,) = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
-                if when != "before":
-                    conn.execute(write)
+                conn.execute(write)
                 forged = _forged(template, me, _last_chain(conn))
                 conn.execute("SELECT set_config('cassette.tail', %s, true)", (forged,))
-                if when != "at_commit":
-                    conn.execute(write)
             assert code_of(caught.value) is ErrorCode.JOURNAL_BROKEN, (template, caught.value)
     with connect(seeded) as owner:
         assert (head_row(owner), tail(owner)) == before
         assert head(owner) == tail(owner)
 
 
-def test_a_malformed_tail_for_the_whole_session_refuses_the_packages_writes(
+@pytest.mark.parametrize("role", list(WRITES), ids=["worker", "appender", "owner"])
+@pytest.mark.parametrize("when", ["before", "between"])
+def test_a_malformed_tail_before_an_entry_is_overwritten(
+    seeded: str, role: str | None, when: str
+) -> None:
+    """Set before the transaction's first entry or between two: the journal's guard does
+    not read it (0015: it places every entry after the journal's last) and sets it anew,
+    so the write lands at the journal's end and the chain stays whole (from 0012 to 0015
+    the guard read it and refused the write, JOURNAL_BROKEN)."""
+    write = WRITES[role]
+    with connect(seeded, role) as conn:
+        for template in MALFORMED:
+            size, _ = tail(conn)
+            with conn.transaction():
+                (me,) = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
+                if when == "between":
+                    conn.execute(write)
+                forged = _forged(template, me, _last_chain(conn))
+                conn.execute("SELECT set_config('cassette.tail', %s, true)", (forged,))
+                conn.execute(write)
+            assert tail(conn)[0] > size, template
+            assert head(conn) == tail(conn), template
+    # (the owner's raw messages have no job: verify names that, and nothing of the chain)
+    assert {f.kind.value for f in verify_path(seeded).errors} <= {"empty_message"}
+
+
+def test_a_malformed_tail_for_the_whole_session_is_overwritten_by_each_write(
     seeded: str,
 ) -> None:
-    """Set for the session (not the transaction) on a package connection: each write is
-    refused JOURNAL_BROKEN, with nothing written; reads and no-ops still answer."""
-    with connect(seeded) as owner:
-        before = (head_row(owner), tail(owner))
+    """Set for the session (not the transaction) on a package connection: each write's
+    entries set it for their transaction, so each write lands whole (from 0012 to 0015
+    each was refused JOURNAL_BROKEN); reads and no-ops answer as ever."""
     with MessageCassette(seeded) as cassette:
         cassette.pg.execute("SET cassette.tail = 'garbage'")
-        with pytest.raises(CassetteError) as caught:
-            cassette.post_message(ONE_STEP, RUN, "USER")
-        assert caught.value.code is ErrorCode.JOURNAL_BROKEN
+        cassette.post_message(ONE_STEP, RUN, "USER")
         assert cassette.claim_steps("idle", "w", 1, 60) == []
-        assert cassette.status(RUN)["messages"] == 1
+        assert cassette.status(RUN)["messages"] == 2
+        assert cassette.pg.execute("SHOW cassette.tail").fetchone() == ("garbage",)
     with connect(seeded) as owner:
-        assert (head_row(owner), tail(owner)) == before
+        assert head(owner) == tail(owner)
+    assert verify_path(seeded).ok
 
 
 def test_a_well_formed_tail_of_another_transaction_is_ignored(seeded: str) -> None:

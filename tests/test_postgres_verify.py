@@ -419,7 +419,7 @@ STRUCTURE_ATTACKS = [
     ("GRANT INSERT ON cassette_messages TO cassette_worker", "schema_changed"),
     ("GRANT EXECUTE ON FUNCTION cassette_advance_clock(bigint) TO PUBLIC", "schema_changed"),
     ("REVOKE SELECT ON cassette_journal FROM cassette_auditor", "schema_changed"),
-    ("DROP INDEX cassette_steps_by_run_status", "schema_missing"),
+    ("DROP INDEX cassette_steps_leased", "schema_missing"),
     ("CREATE INDEX planted ON cassette_steps (status)", "schema_extra"),
     ("CREATE RULE hide AS ON UPDATE TO cassette_messages DO INSTEAD NOTHING", "schema_extra"),
     ("ALTER TABLE cassette_steps ENABLE ROW LEVEL SECURITY", "schema_changed"),

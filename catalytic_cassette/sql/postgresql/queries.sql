@@ -87,7 +87,14 @@ SELECT step_id, fencing_token FROM cassette_steps
  ORDER BY step_id;
 
 -- name: steps_by_status
-SELECT status, count(*) FROM cassette_steps WHERE run_id = %(run_id)s GROUP BY status;
+-- Each count through an index (migration 0015: none holds every step by run and status):
+-- PENDING and LEASED through their partial indexes, COMMITTED as the run's receipts (a
+-- step is COMMITTED exactly when its receipt exists, and a receipt's run is its step's).
+SELECT 'PENDING', count(*) FROM cassette_steps WHERE run_id = %(run_id)s AND status = 'PENDING'
+UNION ALL
+SELECT 'LEASED', count(*) FROM cassette_steps WHERE run_id = %(run_id)s AND status = 'LEASED'
+UNION ALL
+SELECT 'COMMITTED', count(*) FROM cassette_receipts WHERE run_id = %(run_id)s;
 
 -- name: receipts_by_outcome
 SELECT outcome, count(*) FROM cassette_receipts WHERE run_id = %(run_id)s GROUP BY outcome;
