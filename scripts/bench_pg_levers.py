@@ -12,8 +12,9 @@ with every trial's, and the CPU each step cost in the worker processes and in th
 redefined, a trigger made conditional) or its undoing: SQL that puts back what a migration
 replaced measures that migration against its absence in the same run.
 
-``waits`` runs one trial (of one variant, ``-`` by default) and samples every 2 ms what the trial's backends wait for
-(pg_stat_activity: a lock, the WAL, the client, or nothing: active).
+``waits`` runs one trial (of one variant, ``-`` by default) and samples every 2 ms what
+the trial's backends wait for (pg_stat_activity: a lock, the WAL, the client, or nothing:
+active).
 """
 
 from __future__ import annotations
