@@ -19,7 +19,7 @@ import pytest
 
 from catalytic_cassette import CausalChain, ErrorCode, MessageCassette, verify_path
 from catalytic_cassette.errors import CassetteError
-from catalytic_cassette.postgresql import connection
+from catalytic_cassette.postgresql import connection, one_flight
 from catalytic_cassette.postgresql.sqlfiles import query
 
 psycopg = pytest.importorskip("psycopg")
@@ -46,17 +46,26 @@ def lsn_text(position: int) -> str:
 
 
 class Flushes:
-    """Records each ``connection.flush`` with the WAL as the writer's commit left it."""
+    """Records each flush: ``connection.flush`` with the WAL as the writer's commit left
+    it, and each one-statement write sent with its flush in one flight
+    (``one_flight.write_and_flush``) with the WAL as the call left it."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, observer: Any) -> None:
         self.calls: list[tuple[int, int]] = []
         real = connection.flush
+        real_flight = one_flight.write_and_flush
 
         def recording(conn: Any) -> None:
             self.calls.append(wal(observer))
             real(conn)
 
+        def recording_flight(*args: Any) -> Any:
+            answer = real_flight(*args)
+            self.calls.append(wal(observer))
+            return answer
+
         monkeypatch.setattr(connection, "flush", recording)
+        monkeypatch.setattr(one_flight, "write_and_flush", recording_flight)
 
 
 def test_every_write_flushes_before_it_returns(

@@ -306,11 +306,25 @@ def commit_early(
     conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]
 ) -> list[tuple[Any, ...]]:
     """One write statement in its own transaction, committed early, then flushed; its
-    rows. A refusal wrote nothing and leaves as CassetteError."""
+    rows. A refusal wrote nothing and leaves as CassetteError. Both statements go in one
+    round trip (``one_flight``) where libpq has pipeline mode; otherwise one after the
+    other."""
+    from . import one_flight  # (psycopg's: imported once a PostgreSQL ledger writes)
+
     early = sqlfiles.query("statement_without_flush").format(statement=sql.rstrip("; \n"))
-    rows = [row[1:] for row in statement(conn, early, params)]
-    flush(conn)
-    return rows
+    if not one_flight.supported():
+        rows = [row[1:] for row in statement(conn, early, params)]
+        flush(conn)
+        return rows
+    try:  # the write and its flush in one round trip
+        written, flushed = one_flight.write_and_flush(
+            conn, early, params, sqlfiles.query("flush_commits")
+        )
+    except (psycopg.Error, UnicodeEncodeError) as exc:
+        raise translate(exc) from exc
+    if flushed.status == psycopg.pq.ExecStatus.FATAL_ERROR:
+        _flush_refused(conn, pg_errors.error_from_result(flushed, encoding=conn.info.encoding))
+    return [row[1:] for row in written]
 
 
 @contextmanager
@@ -328,9 +342,12 @@ def flush(conn: psycopg.Connection[Any]) -> None:
     COMMIT would: CANNOT_OPEN, and the caller retries idempotently or not at all."""
     try:
         conn.execute(sqlfiles.query("flush_commits"))
-        return
     except psycopg.Error as exc:
-        refused = exc
+        _flush_refused(conn, exc)
+
+
+def _flush_refused(conn: psycopg.Connection[Any], refused: psycopg.Error) -> None:
+    """What ``flush`` does when its message was refused after the write committed."""
     # The write has committed; only its flush's message was refused (pg_logical_emit_message
     # revoked since the ledger was opened, can_flush; the server turned read-only). Never
     # a refusal code for a write that is there: wait as a reader waits for the WAL
