@@ -74,6 +74,7 @@ from psycopg import sql
 
 from catalytic_cassette import CassetteError, ErrorCode, MessageCassette, payloads
 from catalytic_cassette.postgresql import connection as pg_connection
+from catalytic_cassette.postgresql import one_flight
 
 RUN = "bench"
 SOURCE = "USER"
@@ -1044,9 +1045,11 @@ def timed_cycles(url: str, cycles: int) -> dict[str, list[float]]:
                 (time.perf_counter() - started) * 1e3
             )
     # A write that commits early (durability full) holds the head until its COMMIT, then
-    # flushes outside it: the flush's share of each call is timed apart.
+    # flushes outside it: the flush's share of each call is timed apart, so here the write
+    # and its flush go one after the other (one_flight, which sends them together, is off).
     flushed: list[float] = []
     real_flush = pg_connection.flush
+    real_supported = one_flight.supported
 
     def timed_flush(conn: psycopg.Connection[Any]) -> None:
         started = time.perf_counter()
@@ -1054,10 +1057,12 @@ def timed_cycles(url: str, cycles: int) -> dict[str, list[float]]:
         flushed.append((time.perf_counter() - started) * 1e3)
 
     pg_connection.flush = timed_flush
+    one_flight.supported = lambda: False
     try:
         _timed_worker_calls(url, cycles, times, flushed)
     finally:
         pg_connection.flush = real_flush
+        one_flight.supported = real_supported
     return times
 
 
