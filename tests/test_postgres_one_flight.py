@@ -143,3 +143,39 @@ def test_without_pipeline_mode_the_write_and_its_flush_go_apart(
         cassette.post_message({"n": 1}, "run", "USER")
         cassette.claim_step("run", "w")
         assert len(flushed) == 2
+
+
+def test_statements_deallocated_behind_its_back_are_prepared_again(
+    pg_ledger: str, owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg deallocates every prepared statement of the connection (DEALLOCATE ALL)
+    when it drops its own after a failed transaction (a refused post did it: found by
+    the backends' differential test). A write whose statement is gone never ran: it is
+    prepared again and sent again; a flush whose statement is gone after its write ran
+    flushes once more, apart. Each step is claimed and completed exactly once."""
+    flushed: list[Any] = []
+    real = connection.flush
+    monkeypatch.setattr(connection, "flush", lambda conn: (flushed.append(conn), real(conn)))
+    with MessageCassette(pg_ledger) as cassette:
+        cassette.post_message({"jobs": [{"intent": "i", "steps": [{}, {}, {}]}]}, "run", "USER")
+        flushed.clear()  # (a post flushes its transaction apart)
+        first = cassette.claim_step("run", "w")
+        cassette.pg.execute("DEALLOCATE ALL")
+        second = cassette.claim_step("run", "w")  # the claim's statement and the flush's: gone
+        assert (first["step_id"], second["step_id"]) == (1, 2)
+        assert flushed == []
+        cassette.pg.execute("DEALLOCATE ALL")
+        # a statement not prepared before goes out with the flush's, which is gone
+        cassette.complete_step("run", 1, "w", first["fencing_token"], {}, "SUCCESS")
+        assert len(flushed) == 1
+        # forgotten here, the statements prepared since are still on the server: new
+        # names never clash with them
+        cassette.complete_step("run", 2, "w", second["fencing_token"], {}, "SUCCESS")
+        third = cassette.claim_step("run", "w")
+        cassette.complete_step("run", 3, "w", third["fencing_token"], {}, "SUCCESS")
+        assert len(flushed) == 1
+        assert idle(cassette)
+    assert owner.execute(
+        "SELECT count(*), count(DISTINCT step_id) FROM cassette_receipts"
+    ).fetchone() == (3, 3)
+    assert verify_path(pg_ledger).ok

@@ -322,7 +322,9 @@ def commit_early(
         )
     except (psycopg.Error, UnicodeEncodeError) as exc:
         raise translate(exc) from exc
-    if flushed.status == psycopg.pq.ExecStatus.FATAL_ERROR:
+    if one_flight.lost_statement(flushed):
+        flush(conn)  # (its statement was deallocated after it was sent: once more, apart)
+    elif flushed.status == psycopg.pq.ExecStatus.FATAL_ERROR:
         _flush_refused(conn, pg_errors.error_from_result(flushed, encoding=conn.info.encoding))
     return [row[1:] for row in written]
 

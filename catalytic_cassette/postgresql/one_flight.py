@@ -20,12 +20,14 @@ nothing, or one small message). Waiting for the answers releases the interpreter
 
 from __future__ import annotations
 
+import itertools
 import re
 import select
 import weakref
 from typing import Any
 
 import psycopg
+import psycopg.abc
 from psycopg import adapt, pq
 from psycopg import errors as pg_errors
 from psycopg.adapt import PyFormat
@@ -51,6 +53,9 @@ _PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, _Prepare
 )
 
 
+_NAMES = itertools.count()
+
+
 def supported() -> bool:
     """Whether this libpq has pipeline mode (14 and later)."""
     return bool(psycopg.Pipeline.is_supported())
@@ -68,7 +73,9 @@ def _prepare(conn: psycopg.Connection[Any], sql: str) -> _Prepared:
             return f"${names.index(match.group(1)) + 1}"
 
         text = _PLACEHOLDER.sub(number, sql).replace("%%", "%")
-        prepared = _Prepared(f"cassette_one_flight_{len(statements)}".encode(), names)
+        # A name never used before on any connection: one forgotten here (after psycopg's
+        # DEALLOCATE ALL, below) may still exist on the server.
+        prepared = _Prepared(f"cassette_one_flight_{next(_NAMES)}".encode(), names)
         result = conn.pgconn.prepare(prepared.name, text.encode("utf-8"))
         _raise_if_failed(conn, result)
         statements[sql] = prepared
@@ -90,11 +97,42 @@ def write_and_flush(
 ) -> tuple[list[tuple[Any, ...]], pq.abc.PGresult]:
     """Send ``write_sql`` and ``flush_sql`` (no parameters) together, each its own
     transaction; the write's rows and the flush's result (its failure is the caller's to
-    judge: the write has committed). A refused write raises its psycopg error; so does a
-    lost connection. The connection is idle again either way, out of pipeline mode."""
+    judge: the write has committed; ``lost_statement`` says to flush again). A refused
+    write raises its psycopg error; so does a lost connection. The connection is idle
+    again either way, out of pipeline mode."""
+    transformer = adapt.Transformer(conn)
+    for attempt in (1, 2):
+        written, flushed = _flight(conn, transformer, write_sql, params, flush_sql)
+        if not lost_statement(written) or attempt == 2:
+            break
+        # psycopg deallocates every prepared statement of the connection when it drops
+        # its own (DEALLOCATE ALL, after a failed transaction that prepared one): this
+        # write never ran (it failed where it was bound); prepare both again and resend.
+        _PREPARED.pop(conn, None)
+    if lost_statement(flushed):
+        _PREPARED.pop(conn, None)
+    _raise_if_failed(conn, written)
+    transformer.set_pgresult(written)
+    return transformer.load_rows(0, written.ntuples, tuple), flushed
+
+
+def lost_statement(result: pq.abc.PGresult) -> bool:
+    """Whether ``result`` failed because its prepared statement no longer exists."""
+    return bool(
+        result.status == pq.ExecStatus.FATAL_ERROR
+        and result.error_field(pq.DiagnosticField.SQLSTATE) == b"26000"
+    )
+
+
+def _flight(
+    conn: psycopg.Connection[Any],
+    transformer: psycopg.abc.Transformer,
+    write_sql: str,
+    params: dict[str, Any],
+    flush_sql: str,
+) -> tuple[pq.abc.PGresult, pq.abc.PGresult]:
     write = _prepare(conn, write_sql)
     flush = _prepare(conn, flush_sql)
-    transformer = adapt.Transformer(conn)
     values = transformer.dump_sequence(
         [params[name] for name in write.params], [PyFormat.TEXT] * len(write.params)
     )
@@ -106,17 +144,14 @@ def write_and_flush(
             pgconn.pipeline_sync()
             pgconn.send_query_prepared(flush.name, [])
             pgconn.pipeline_sync()
-            results = _results(pgconn, syncs=2)
+            written, flushed = _results(pgconn, syncs=2)
             pgconn.exit_pipeline_mode()
         except BaseException:
             # Interrupted with answers unread (a lost connection, ^C): the protocol is
             # mid-flight, so the connection is of no further use, and says so.
             conn.close()
             raise
-    written, flushed = results
-    _raise_if_failed(conn, written)
-    transformer.set_pgresult(written)
-    return transformer.load_rows(0, written.ntuples, tuple), flushed
+    return written, flushed
 
 
 def _results(pgconn: pq.abc.PGconn, *, syncs: int) -> list[pq.abc.PGresult]:
