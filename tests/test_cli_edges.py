@@ -659,6 +659,11 @@ def _wait_until_reading_stdin(pid: int, timeout: float = 60.0) -> None:
     raise AssertionError("the process never blocked on reading stdin")
 
 
+def _sigint_as_a_terminal_gives_it() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 class TestInterrupt:
     @pytest.mark.parametrize("command", [("status", "--run-id", "r"), ("verify",)])
     def test_ctrl_c_exits_130_on_one_line(
@@ -710,6 +715,11 @@ class TestInterrupt:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            # As a terminal starts it: SIGINT at its default and not blocked. A child
+            # inherits an ignored or blocked SIGINT across exec, and in the whole suite
+            # the pytest worker that starts it sometimes has one (it hung 30 s in three
+            # full runs of the eleventh session, never alone).
+            preexec_fn=_sigint_as_a_terminal_gives_it,
         )
         _wait_until_reading_stdin(proc.pid)
         proc.send_signal(signal.SIGINT)
