@@ -15,13 +15,13 @@ own text parameters are), and its rows are loaded by psycopg's own loaders, so a
 gets the values psycopg's ``execute`` gives. A refused write is the same psycopg error,
 translated at the same place; the flush runs after it all the same (it then flushes
 nothing, or one small message). Waiting for the answers releases the interpreter (a
-``select`` on the socket, never a blocking libpq call).
+selector on the socket, never a blocking libpq call).
 """
 
 from __future__ import annotations
 
 import re
-import select
+import selectors
 import weakref
 from typing import Any
 
@@ -126,7 +126,7 @@ def _results(pgconn: pq.abc.PGconn, *, syncs: int) -> list[pq.abc.PGresult]:
     seen = 0
     while True:
         while pgconn.flush():  # what the socket would not take yet
-            select.select([pgconn.socket], [pgconn.socket], [])
+            _wait(pgconn.socket, selectors.EVENT_READ | selectors.EVENT_WRITE)
             pgconn.consume_input()
         pgconn.consume_input()
         while not pgconn.is_busy():
@@ -139,4 +139,13 @@ def _results(pgconn: pq.abc.PGconn, *, syncs: int) -> list[pq.abc.PGresult]:
                     return results
             elif result.status != pq.ExecStatus.PIPELINE_ABORTED:
                 results.append(result)
-        select.select([pgconn.socket], [], [])
+        _wait(pgconn.socket, selectors.EVENT_READ)
+
+
+def _wait(socket: int, events: int) -> None:
+    """Until ``socket`` is ready for ``events``. A selector, not ``select()``, which
+    cannot watch a descriptor numbered past FD_SETSIZE (1024): a process holding that many
+    files got a ValueError after its write was sent."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(socket, events)
+        selector.select()
