@@ -184,3 +184,20 @@ def test_a_socket_numbered_past_fd_setsize_refusal(pg_ledger: str, many_files: N
         with pytest.raises(CassetteError) as caught:
             cassette.complete_step("run", 12345, "w", 1, {}, "SUCCESS")
         assert caught.value.code is not ErrorCode.DATABASE_ERROR
+
+
+def test_prepared_names_dropped_by_discard_all(pg_ledger: str) -> None:
+    """A session's prepared statements dropped under one flight's cache (DISCARD ALL, as a
+    pooler resetting a server connection does, or DEALLOCATE ALL): before the fix every
+    later write on the connection was DATABASE_ERROR ('prepared statement ... does not
+    exist'), for good. Now the statements are prepared again and the write goes through."""
+    with MessageCassette(pg_ledger) as cassette:
+        cassette.post_message({"jobs": [{"intent": "i", "steps": [{}, {}]}]}, "run", "USER")
+        for _ in range(2):
+            lease = cassette.claim_step("run", "w", ttl_seconds=60)
+            assert lease is not None
+            cassette.complete_step(
+                "run", lease["step_id"], "w", lease["fencing_token"], {}, "SUCCESS"
+            )
+            cassette.pg.execute("DEALLOCATE ALL")
+    assert verify_path(pg_ledger).ok

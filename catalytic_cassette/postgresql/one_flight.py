@@ -20,6 +20,7 @@ selector on the socket, never a blocking libpq call).
 
 from __future__ import annotations
 
+import itertools
 import re
 import selectors
 import weakref
@@ -49,6 +50,11 @@ class _Prepared:
 _PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, _Prepared]] = (
     weakref.WeakKeyDictionary()
 )
+# Names never reused in this process: a statement prepared again after the session lost
+# some of its statements (DEALLOCATE of one name) cannot clash with one it kept.
+_NAMES = itertools.count()
+# The session has no statement of that name (DISCARD ALL, DEALLOCATE, a pooler's reset).
+_NO_SUCH_STATEMENT = b"26000"
 
 
 def supported() -> bool:
@@ -68,7 +74,7 @@ def _prepare(conn: psycopg.Connection[Any], sql: str) -> _Prepared:
             return f"${names.index(match.group(1)) + 1}"
 
         text = _PLACEHOLDER.sub(number, sql).replace("%%", "%")
-        prepared = _Prepared(f"cassette_one_flight_{len(statements)}".encode(), names)
+        prepared = _Prepared(f"cassette_one_flight_{next(_NAMES)}".encode(), names)
         result = conn.pgconn.prepare(prepared.name, text.encode("utf-8"))
         _raise_if_failed(conn, result)
         statements[sql] = prepared
@@ -92,6 +98,18 @@ def write_and_flush(
     transaction; the write's rows and the flush's result (its failure is the caller's to
     judge: the write has committed). A refused write raises its psycopg error; so does a
     lost connection. The connection is idle again either way, out of pipeline mode."""
+    try:
+        return _one_flight(conn, write_sql, params, flush_sql)
+    except pg_errors.InvalidSqlStatementName:
+        # The session lost the write's statement under this cache (DISCARD ALL, DEALLOCATE,
+        # a pooler's reset): its Bind failed, so nothing ran. Prepare again, once.
+        _PREPARED.pop(conn, None)
+        return _one_flight(conn, write_sql, params, flush_sql)
+
+
+def _one_flight(
+    conn: psycopg.Connection[Any], write_sql: str, params: dict[str, Any], flush_sql: str
+) -> tuple[list[tuple[Any, ...]], pq.abc.PGresult]:
     write = _prepare(conn, write_sql)
     flush = _prepare(conn, flush_sql)
     transformer = adapt.Transformer(conn)
@@ -114,6 +132,8 @@ def write_and_flush(
             conn.close()
             raise
     written, flushed = results
+    if flushed.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT:
+        _PREPARED.pop(conn, None)  # the flush's statement is gone: prepare both next time
     _raise_if_failed(conn, written)
     transformer.set_pgresult(written)
     return transformer.load_rows(0, written.ntuples, tuple), flushed
