@@ -145,6 +145,35 @@ def test_the_guard_still_hashes_what_it_places(owner: Any) -> None:
     assert bytes(row[0]) == leaf_hash(BODY.encode())
 
 
+def test_a_receipt_for_a_pending_step_through_a_temporary_steps_table(
+    owner: Any, pg_ledger: str
+) -> None:
+    """The row rules are trigger functions too: the owner's raw INSERT of a receipt for a
+    step that was never claimed, with a temporary cassette_steps beside it saying the step
+    is LEASED to 'w' (the receipt's checks read it) and taking the commit (the receipt's
+    trigger updates it). Before 0016 the receipt was stored and journaled while the real
+    step stayed PENDING: status() counted the step twice (PENDING 1 and COMMITTED 1, as
+    COMMITTED is now the run's receipts) against one step in a GROUP BY. Now refused."""
+    step = owner.execute("SELECT step_id, job_id FROM public.cassette_steps").fetchone()
+    before = journal(owner)
+    with pytest.raises(psycopg.Error) as caught, owner.transaction():
+        owner.execute("CREATE TEMP TABLE cassette_steps AS SELECT * FROM public.cassette_steps")
+        owner.execute(
+            "UPDATE pg_temp.cassette_steps SET status = 'LEASED', lease_owner = 'w',"
+            " fencing_token = 1, lease_expires_at = 9000000000000"
+        )
+        owner.execute(
+            "INSERT INTO public.cassette_receipts (step_id, job_id, run_id, worker_id,"
+            " fencing_token, outcome, receipt_json)"
+            " VALUES (%s, %s, 'run', 'w', 1, 'SUCCESS', '{}')",
+            step,
+        )
+    assert translate(caught.value).code is not ErrorCode.DATABASE_ERROR
+    assert journal(owner) == before
+    with MessageCassette(pg_ledger) as cassette:
+        assert cassette.status("run")["steps"] == {"PENDING": 1, "LEASED": 0, "COMMITTED": 0}
+
+
 # ------------------------------------------------------------- the one-flight writer
 
 
