@@ -21,6 +21,8 @@ raw ``ValueError`` after its write was sent (so committed, unflushed), never a c
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -230,3 +232,32 @@ def test_prepared_names_dropped_by_discard_all(pg_ledger: str) -> None:
             )
             cassette.pg.execute("DEALLOCATE ALL")
     assert verify_path(pg_ledger).ok
+
+
+def test_one_flight_prepares_only_under_the_connections_lock(pg_ledger: str) -> None:
+    """Another thread is using the connection (holds psycopg's lock, as its execute does):
+    a write through one flight must not touch the connection until it is free. Before the
+    fix the statements were prepared outside the lock, a PQprepare interleaved with
+    whatever the other thread had in flight."""
+    from catalytic_cassette.postgresql import one_flight
+
+    with MessageCassette(pg_ledger) as cassette:
+        conn = cassette.pg
+        cassette.post_message({"jobs": [{"intent": "i", "steps": [{}]}]}, "run", "USER")
+        one_flight._PREPARED.pop(conn, None)
+        done: list[BaseException | None] = []
+
+        def claim() -> None:
+            try:
+                assert cassette.claim_step("run", "w", ttl_seconds=60) is not None
+                done.append(None)
+            except BaseException as exc:  # reported below
+                done.append(exc)
+
+        with conn.lock:
+            writer = threading.Thread(target=claim)
+            writer.start()
+            time.sleep(0.3)
+            assert not one_flight._PREPARED.get(conn)  # nothing sent while the lock is held
+        writer.join(10)
+        assert done == [None]

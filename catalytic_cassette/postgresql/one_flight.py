@@ -110,14 +110,16 @@ def write_and_flush(
 def _one_flight(
     conn: psycopg.Connection[Any], write_sql: str, params: dict[str, Any], flush_sql: str
 ) -> tuple[list[tuple[Any, ...]], pq.abc.PGresult]:
-    write = _prepare(conn, write_sql)
-    flush = _prepare(conn, flush_sql)
-    transformer = adapt.Transformer(conn)
-    values = transformer.dump_sequence(
-        [params[name] for name in write.params], [PyFormat.TEXT] * len(write.params)
-    )
     pgconn = conn.pgconn
+    # Every use of the connection under psycopg's lock, as its execute does: preparing
+    # too (a PQprepare beside another thread's query would interleave their messages).
     with conn.lock:
+        write = _prepare(conn, write_sql)
+        flush = _prepare(conn, flush_sql)
+        transformer = adapt.Transformer(conn)
+        values = transformer.dump_sequence(
+            [params[name] for name in write.params], [PyFormat.TEXT] * len(write.params)
+        )
         pgconn.enter_pipeline_mode()
         try:
             pgconn.send_query_prepared(write.name, values, param_formats=[0] * len(values))
