@@ -24,9 +24,14 @@
 -- (pg_catalog first, implicitly; pg_temp last, so it holds no table the path finds
 -- first). Each function that is not IMMUTABLE and is not a definer gets it (the setting
 -- holds for what it calls, so the SQL helpers it calls follow; those the definer
--- functions call already ran so). What changes is the owner's raw DML; the cost is one
--- setting saved and restored per call, about 1 us (a PL/pgSQL function called 50,000
--- times with and without it, one run: 5.2-5.4 against 5.8-7.1 us per call).
+-- functions call already ran so). What changes is the owner's raw DML; the cost is the
+-- setting saved and restored per call (the search path recomputed each time), for every
+-- caller: scripts/bench_pg_levers.py ab --loop ours-fused --workers 4 --steps 1000 -
+-- scripts/levers/undo_0016.sql, two short runs: server CPU 1.660 and 1.400 ms per step
+-- with it, 1.550 and 1.340 without (4-7% more; medians 717/807 against 764/906 steps/s,
+-- trials 646-1,079: noisy). Naming the
+-- tables public.* in the functions' bodies instead would cost nothing (pg_temp is never
+-- searched for functions or operators); not done here.
 
 ALTER FUNCTION cassette_journal_guard() SET search_path = public, pg_temp;
 ALTER FUNCTION cassette_journal_append(text, text, text, text, text) SET search_path = public, pg_temp;
