@@ -404,25 +404,25 @@ def test_temporary_tables_do_not_shadow_the_workers_functions(seeded: str, worke
     assert_whole(seeded, worker)
 
 
-def test_an_owners_temporary_journal_swallows_entries_and_verify_sees_it(
-    seeded: str, owner: Any
-) -> None:
-    """The owner's own writes run the trigger functions (not definers: no pinned path)
-    under the owner's search_path: with a temporary cassette_journal first, a raw row's
-    entry goes to the temporary table. The ledger's rows then outrun its journal: verify
-    reports it. (The table has the journal's columns and no constraint: since 0015 the
-    append leaves seq and the hashes to the real journal's guard.)"""
+def test_an_owners_temporary_journal_no_longer_swallows_entries(seeded: str, owner: Any) -> None:
+    """The owner's own writes run the trigger functions (not definers) under the owner's
+    search_path: with a temporary cassette_journal first, a raw row's entry went to the
+    temporary table and the ledger's rows outran its journal (verify: unjournaled_row).
+    Since migration 0016 every such function pins search_path = public, pg_temp: the
+    entry goes to the ledger's journal whatever the session's path, and the head follows
+    (tests/test_postgres_attacks_0015.py has the guard's and the row rules' forms)."""
     size, _ = tail(owner)
     owner.execute(
         "CREATE TEMP TABLE cassette_journal AS SELECT * FROM public.cassette_journal WITH NO DATA"
     )
     owner.execute("SET search_path = pg_temp, public")
     owner.execute(RAW_POST, ('{"x":1}',))
-    assert owner.execute("SELECT count(*) FROM pg_temp.cassette_journal").fetchone() == (1,)
+    assert owner.execute("SELECT count(*) FROM pg_temp.cassette_journal").fetchone() == (0,)
     owner.execute("DROP TABLE pg_temp.cassette_journal")
     owner.execute("SET search_path = public")
-    assert tail(owner)[0] == size  # the ledger's journal did not get it
-    assert "unjournaled_row" in findings(seeded)
+    assert tail(owner)[0] == size + 1  # the ledger's journal got it
+    assert head(owner) == tail(owner)
+    assert "unjournaled_row" not in findings(seeded)
 
 
 def test_an_owners_entry_without_a_row(seeded: str, owner: Any) -> None:

@@ -15,14 +15,14 @@ own text parameters are), and its rows are loaded by psycopg's own loaders, so a
 gets the values psycopg's ``execute`` gives. A refused write is the same psycopg error,
 translated at the same place; the flush runs after it all the same (it then flushes
 nothing, or one small message). Waiting for the answers releases the interpreter (a
-``select`` on the socket, never a blocking libpq call).
+selector on the socket, never a blocking libpq call).
 """
 
 from __future__ import annotations
 
 import itertools
 import re
-import select
+import selectors
 import weakref
 from typing import Any
 
@@ -105,9 +105,11 @@ def write_and_flush(
         written, flushed = _flight(conn, transformer, write_sql, params, flush_sql)
         if not lost_statement(written) or attempt == 2:
             break
-        # psycopg deallocates every prepared statement of the connection when it drops
-        # its own (DEALLOCATE ALL, after a failed transaction that prepared one): this
-        # write never ran (it failed where it was bound); prepare both again and resend.
+        # The session lost the write's statement under this cache: psycopg deallocates
+        # every prepared statement of the connection when it drops its own (DEALLOCATE
+        # ALL, after a failed transaction that prepared one), as do DISCARD ALL and a
+        # pooler's reset. The write never ran (it failed where it was bound): prepare both
+        # again and resend, once.
         _PREPARED.pop(conn, None)
     if lost_statement(flushed):
         _PREPARED.pop(conn, None)
@@ -131,13 +133,15 @@ def _flight(
     params: dict[str, Any],
     flush_sql: str,
 ) -> tuple[pq.abc.PGresult, pq.abc.PGresult]:
-    write = _prepare(conn, write_sql)
-    flush = _prepare(conn, flush_sql)
-    values = transformer.dump_sequence(
-        [params[name] for name in write.params], [PyFormat.TEXT] * len(write.params)
-    )
     pgconn = conn.pgconn
+    # Every use of the connection under psycopg's lock, as its execute does: preparing
+    # too (a PQprepare beside another thread's query would interleave their messages).
     with conn.lock:
+        write = _prepare(conn, write_sql)
+        flush = _prepare(conn, flush_sql)
+        values = transformer.dump_sequence(
+            [params[name] for name in write.params], [PyFormat.TEXT] * len(write.params)
+        )
         pgconn.enter_pipeline_mode()
         try:
             pgconn.send_query_prepared(write.name, values, param_formats=[0] * len(values))
@@ -161,7 +165,7 @@ def _results(pgconn: pq.abc.PGconn, *, syncs: int) -> list[pq.abc.PGresult]:
     seen = 0
     while True:
         while pgconn.flush():  # what the socket would not take yet
-            select.select([pgconn.socket], [pgconn.socket], [])
+            _wait(pgconn.socket, selectors.EVENT_READ | selectors.EVENT_WRITE)
             pgconn.consume_input()
         pgconn.consume_input()
         while not pgconn.is_busy():
@@ -174,4 +178,13 @@ def _results(pgconn: pq.abc.PGconn, *, syncs: int) -> list[pq.abc.PGresult]:
                     return results
             elif result.status != pq.ExecStatus.PIPELINE_ABORTED:
                 results.append(result)
-        select.select([pgconn.socket], [], [])
+        _wait(pgconn.socket, selectors.EVENT_READ)
+
+
+def _wait(socket: int, events: int) -> None:
+    """Until ``socket`` is ready for ``events``. A selector, not ``select()``, which
+    cannot watch a descriptor numbered past FD_SETSIZE (1024): a process holding that many
+    files got a ValueError after its write was sent."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(socket, events)
+        selector.select()
