@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from catalytic_cassette import ManualClock, MessageCassette
 from catalytic_cassette.chain import CausalChain
+from catalytic_cassette.errors import CassetteError
 from catalytic_cassette.merkle import root_from_leaves
 from catalytic_cassette.verify import run as verify_run
 from catalytic_cassette.verify import stream as stream_module
@@ -65,9 +66,15 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
 
 
 def _findings(path: Path, monkeypatch: pytest.MonkeyPatch, stream: type[StateStream]) -> Any:
+    """The report's findings and verdict, or the refusal's code: a mutation can make the
+    file one verify refuses outright (a migration row naming a newer schema:
+    SCHEMA_TOO_NEW), and both paths must refuse it alike."""
     with monkeypatch.context() as patch:
         patch.setattr(verify_run, "StateStream", stream)
-        report = verify_path(str(path), now_ms=VERIFIED_AT)
+        try:
+            report = verify_path(str(path), now_ms=VERIFIED_AT)
+        except CassetteError as refused:
+            return refused.code
     return [f.to_dict() for f in report.findings], report.ok
 
 

@@ -181,10 +181,15 @@ def _results(pgconn: pq.abc.PGconn, *, syncs: int) -> list[pq.abc.PGresult]:
         _wait(pgconn.socket, selectors.EVENT_READ)
 
 
+# poll() where there is one: no descriptor of its own to make and close at every wait, as
+# epoll's would be (DefaultSelector).
+_SELECTOR = getattr(selectors, "PollSelector", selectors.DefaultSelector)
+
+
 def _wait(socket: int, events: int) -> None:
     """Until ``socket`` is ready for ``events``. A selector, not ``select()``, which
     cannot watch a descriptor numbered past FD_SETSIZE (1024): a process holding that many
     files got a ValueError after its write was sent."""
-    with selectors.DefaultSelector() as selector:
+    with _SELECTOR() as selector:
         selector.register(socket, events)
         selector.select()
