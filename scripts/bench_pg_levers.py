@@ -64,12 +64,16 @@ def trial(
     return result
 
 
+def variant_sql(variant: str) -> str | None:
+    """The SQL a variant names: a file's text, or none for ``-``."""
+    return None if variant == "-" else Path(variant).read_text(encoding="utf-8")
+
+
 def ab(server: bench.Server, cluster_dir: str, args: argparse.Namespace) -> None:
     names = {}
     for index, variant in enumerate(args.variants):
-        sql = None if variant == "-" else Path(variant).read_text(encoding="utf-8")
         names[variant] = f"tpl_lever_{index}"
-        template(server, names[variant], args.loop, args.steps, sql)
+        template(server, names[variant], args.loop, args.steps, variant_sql(variant))
     seen: dict[str, list[tuple[float, float, float]]] = {v: [] for v in args.variants}
     for rep in range(args.reps):
         for variant in args.variants:
@@ -94,9 +98,7 @@ def ab(server: bench.Server, cluster_dir: str, args: argparse.Namespace) -> None
 def waits(server: bench.Server, cluster_dir: str, args: argparse.Namespace) -> None:
     if len(args.variants) != 1:
         raise SystemExit("waits measures one variant: a SQL file, or - for none")
-    variant = args.variants[0]
-    sql = None if variant == "-" else Path(variant).read_text(encoding="utf-8")
-    template(server, "tpl_lever_waits", args.loop, args.steps, sql)
+    template(server, "tpl_lever_waits", args.loop, args.steps, variant_sql(args.variants[0]))
     url = server.create(TRIAL, "tpl_lever_waits")
     counts: collections.Counter[str] = collections.Counter()
     done = threading.Event()
