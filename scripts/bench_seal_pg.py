@@ -85,7 +85,7 @@ def seal_times(url: str) -> tuple[int, float, float]:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT next_seq FROM cassette_head").fetchone()
+        row = conn.execute("SELECT cassette_journal_size()").fetchone()
         assert row is not None
         size = int(row[0])
         start = time.perf_counter()
@@ -107,7 +107,7 @@ def writer_wait(url: str, delay: float = 0.02) -> tuple[float, float]:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT next_seq FROM cassette_head").fetchone()
+        row = conn.execute("SELECT cassette_journal_size()").fetchone()
         assert row is not None
         size = int(row[0])
         root = conn.execute("SELECT encode(cassette_tree_root(%s), 'hex')", (size,)).fetchone()

@@ -139,8 +139,6 @@ OWNER_ATTACKS = [
         ErrorCode.JOURNAL_BROKEN,
     ),
     ("UPDATE cassette_head SET time_ms = 0", ErrorCode.TIME_BACKWARDS),
-    ("UPDATE cassette_head SET next_seq = 100", ErrorCode.JOURNAL_BROKEN),
-    ("UPDATE cassette_head SET chain_hash = sha256('x')", ErrorCode.JOURNAL_BROKEN),
     (
         "UPDATE cassette_head SET tx = (pg_current_xact_id()::text::bigint + 3)::text::xid8",
         ErrorCode.JOURNAL_BROKEN,

@@ -51,11 +51,9 @@ def journal(conn: Any) -> list[tuple[int, str, bytes]]:
     return [(int(seq), body, bytes(chain)) for seq, body, chain in rows.fetchall()]
 
 
-def head(conn: Any) -> tuple[int, bytes, Any]:
-    next_seq, chain, tx = conn.execute(
-        "SELECT next_seq, chain_hash, tx FROM cassette_head"
-    ).fetchone()
-    return int(next_seq), bytes(chain), tx
+def head(conn: Any) -> tuple[Any, ...]:
+    """The head's whole state: its stamp and the ledger's clock (0017)."""
+    return tuple(conn.execute("SELECT tx, time_ms, clock_offset_ms FROM cassette_head").fetchone())
 
 
 def from_a_temporary_trigger(conn: Any, statement: str) -> None:
@@ -114,7 +112,7 @@ def test_an_entry_whose_hashes_are_not_its_bodys(owner: Any, from_trigger: bool)
     code = refused(owner, statement, from_trigger=from_trigger, take_head=True)
     assert code is ErrorCode.JOURNAL_BROKEN
     assert journal(owner) == before
-    assert head(owner)[:2] == at[:2]
+    assert head(owner) == at
 
 
 @pytest.mark.parametrize("from_trigger", [False, True], ids=["directly", "from a temp trigger"])
@@ -144,13 +142,13 @@ def test_an_entry_past_the_next_seq(owner: Any) -> None:
         code = refused(owner, statement, from_trigger=from_trigger, take_head=True)
         assert code is ErrorCode.JOURNAL_BROKEN
     assert journal(owner) == before
-    assert head(owner)[:2] == at[:2]
+    assert head(owner) == at
 
 
 def test_a_tail_forged_for_an_entry_from_a_trigger(owner: Any) -> None:
     """The owner names its own forged entry in cassette.tail with a chain hash of its
-    choosing: the follower would move the head onto that hash. Refused (before the fix by
-    the head's guard only, as the hash is not the stored entry's)."""
+    choosing: until 0017 the follower would have moved the head onto that hash. Refused
+    (the entry's hashes are not its body's; the setting is read by nothing since 0017)."""
     before = journal(owner)
     seq = len(before)
     forged = bytes(range(32))
@@ -167,7 +165,7 @@ def test_a_tail_forged_for_an_entry_from_a_trigger(owner: Any) -> None:
 
 def test_the_append_from_a_temporary_trigger_still_journals(owner: Any) -> None:
     """What the fix must not refuse: the owner's journaled write from a temporary trigger
-    (depth 2 for the append) is journaled as from a client, and the head follows it."""
+    (depth 2 for the append) is journaled as from a client, after the journal's last entry."""
     before = journal(owner)
     with owner.transaction():
         from_a_temporary_trigger(
@@ -179,8 +177,10 @@ def test_the_append_from_a_temporary_trigger_still_journals(owner: Any) -> None:
     after = journal(owner)
     assert len(after) == len(before) + 1
     seq, body, chain = after[-1]
-    assert chain == chain_hash(seq, before[-1][2], leaf_hash(body.encode()))
-    assert head(owner)[:2] == (seq + 1, chain)
+    assert (seq, chain) == (
+        before[-1][0] + 1,
+        chain_hash(seq, before[-1][2], leaf_hash(body.encode())),
+    )
 
 
 # ------------------------------------------------- plans that statistics cannot steer

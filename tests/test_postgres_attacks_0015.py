@@ -57,11 +57,11 @@ def journal(conn: Any) -> list[tuple[int, str, bytes]]:
     return [(int(seq), body, bytes(chain)) for seq, body, chain in rows.fetchall()]
 
 
-def head(conn: Any) -> tuple[int, bytes, Any]:
-    next_seq, chain, tx = conn.execute(
-        "SELECT next_seq, chain_hash, tx FROM public.cassette_head"
-    ).fetchone()
-    return int(next_seq), bytes(chain), tx
+def head(conn: Any) -> tuple[Any, ...]:
+    """The head's whole state: its stamp and the ledger's clock (0017)."""
+    return tuple(
+        conn.execute("SELECT tx, time_ms, clock_offset_ms FROM public.cassette_head").fetchone()
+    )
 
 
 def shadow_head(conn: Any) -> None:
@@ -83,8 +83,8 @@ def test_an_entry_placed_by_temporary_tables(owner: Any, shape: str) -> None:
     temporary cassette_journal says the journal ends two seqs later (a gap) or at the
     true last seq with another chain hash (a fork). Then an INSERT that names neither seq
     nor hash. Before 0016 the guard placed and hashed the entry from those tables, the
-    follower (its own search_path) moved the real head onto it, and the commit stored it:
-    only verify could tell."""
+    follower (its own search_path; gone since 0017) moved the real head onto it, and the
+    commit stored it: only verify could tell."""
     before, at = journal(owner), head(owner)
     last_seq, _, last_chain = before[-1]
     end = (last_seq + 2, last_chain) if shape == "gap" else (last_seq, bytes(range(32)))
@@ -98,7 +98,7 @@ def test_an_entry_placed_by_temporary_tables(owner: Any, shape: str) -> None:
         )
     assert translate(caught.value).code is ErrorCode.JOURNAL_BROKEN
     assert journal(owner) == before
-    assert head(owner)[:2] == at[:2]
+    assert head(owner) == at
 
 
 def test_a_raw_write_journaled_into_a_temporary_table(owner: Any, pg_ledger: str) -> None:
@@ -122,7 +122,7 @@ def test_a_raw_write_journaled_into_a_temporary_table(owner: Any, pg_ledger: str
     after = journal(owner)
     assert len(after) == len(before) + 1
     assert '"table":"cassette_messages"' in after[-1][1]
-    assert head(owner)[:2] == (after[-1][0] + 1, after[-1][2])
+    assert after[-1][0] == before[-1][0] + 1
     # the chain and the rows agree; what is left is the raw row's own content (no job)
     kinds = {finding.kind for finding in verify_path(pg_ledger).findings}
     assert kinds == {FindingKind.EMPTY_MESSAGE}

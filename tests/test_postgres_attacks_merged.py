@@ -2,12 +2,12 @@
 
 Migrations 0007 (worker keys: cassette_signer_context, cassette_attest), 0008
 (cassette_append_time) and 0009 (head at commit: the transaction-local `cassette.tail`,
-the deferred `cassette_head_follow`) were written apart. Each test is one attempt by a
-raw psycopg session, as the owner (the test cluster's superuser) or under a ledger role,
-and says what happened: refused with a code (nothing written), or accepted and then what
-`verify` reports. Savepoints, immediate constraints, forged settings, old snapshots, a
-second session holding the head, prepared transactions, attestations planted for another
-worker and shadowing temporary tables.
+the deferred `cassette_head_follow`, both gone since 0017) were written apart. Each test
+is one attempt by a raw psycopg session, as the owner (the test cluster's superuser) or
+under a ledger role, and says what happened: refused with a code (nothing written), or
+accepted and then what `verify` reports. Savepoints, immediate constraints, forged
+settings, old snapshots, a second session holding the head, prepared transactions,
+attestations planted for another worker and shadowing temporary tables.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 
 from catalytic_cassette import ErrorCode, MessageCassette
-from catalytic_cassette.hashing import ZERO_HASH, chain_hash, leaf_hash
+from catalytic_cassette.hashing import chain_hash, leaf_hash
 from catalytic_cassette.postgresql.connection import translate
 from catalytic_cassette.verify import verify_path
+
+from .pg_chain import journal_end
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -63,19 +65,10 @@ def worker(seeded: str) -> Iterator[Any]:
         yield conn
 
 
-def head(conn: Any) -> tuple[int, bytes]:
-    next_seq, chain = conn.execute("SELECT next_seq, chain_hash FROM cassette_head").fetchone()
-    return int(next_seq), bytes(chain)
-
-
 def tail(conn: Any) -> tuple[int, bytes]:
-    """The journal's size and last link, recomputed here from the bodies."""
-    prev = ZERO_HASH
-    rows = conn.execute("SELECT seq, body FROM cassette_journal ORDER BY seq").fetchall()
-    for expected, (seq, body) in enumerate(rows):
-        assert seq == expected
-        prev = chain_hash(seq, prev, leaf_hash(body.encode("utf-8")))
-    return len(rows), prev
+    """The journal's size and last link, recomputed here from the bodies; every stored
+    hash must be the recomputed one (asserted)."""
+    return journal_end(conn)
 
 
 def findings(url: str, **options: Any) -> set[str]:
@@ -83,8 +76,8 @@ def findings(url: str, **options: Any) -> set[str]:
 
 
 def assert_whole(url: str, conn: Any) -> None:
-    """The head names the journal's end, every link is its body's, verify is clean."""
-    assert head(conn) == tail(conn)
+    """Every entry at its seq, every link its body's, verify clean."""
+    tail(conn)
     assert findings(url) == set()
 
 
@@ -93,13 +86,12 @@ def code_of(error: BaseException) -> ErrorCode:
     return translate(error).code
 
 
-# ------------------------------------------------------------ savepoints and the follower
+# ---------------------------------------------------------------------- savepoints
 
 
 def test_entries_of_a_rolled_back_savepoint_leave_no_trace(seeded: str, owner: Any) -> None:
-    """Entries written in a savepoint, then ROLLBACK TO SAVEPOINT: their seqs, the
-    running state (cassette.tail) and the follower's pending events go with them, and
-    the transaction's later entries take the same seqs."""
+    """Entries written in a savepoint, then ROLLBACK TO SAVEPOINT: their seqs go with
+    them, and the transaction's later entries take the same seqs."""
     size, _ = tail(owner)
     with owner.transaction():
         owner.execute(POST, ('{"kept":1}',))
@@ -116,28 +108,10 @@ def test_entries_of_a_rolled_back_savepoint_leave_no_trace(seeded: str, owner: A
     assert_whole(seeded, owner)
 
 
-def test_an_immediate_follower_in_a_rolled_back_savepoint_fires_again(
-    seeded: str, owner: Any
-) -> None:
-    """SET CONSTRAINTS ALL IMMEDIATE inside a savepoint fires the follower for entries
-    written before it; rolling the savepoint back undoes that head move, and the server
-    marks those events pending again, so the commit still moves the head."""
-    before = head(owner)
-    with owner.transaction():
-        owner.execute(POST, ('{"a":1}',))
-        with pytest.raises(psycopg.Error), owner.transaction():
-            owner.execute("SET CONSTRAINTS ALL IMMEDIATE")
-            assert head(owner)[0] == before[0] + 3  # moved inside the savepoint
-            raise psycopg.errors.RaiseException("roll back to the savepoint")
-        assert head(owner) == before  # the move rolled back with it
-    assert head(owner)[0] == before[0] + 3
-    assert_whole(seeded, owner)
-
-
 def test_a_worker_claims_again_after_a_rolled_back_claim(seeded: str, worker: Any) -> None:
     """cassette_signer_context() takes the head at the transaction's start; a claim in a
-    savepoint rolled back and made again, with the constraint immediate, commits one
-    lease and one journal entry run."""
+    savepoint rolled back and made again (with the constraints made immediate, which
+    moved the head until 0017) commits one lease and one journal entry run."""
     with worker.transaction():
         worker.execute("SELECT * FROM cassette_signer_context()")
         worker.execute("SET CONSTRAINTS ALL IMMEDIATE")
@@ -172,9 +146,10 @@ def test_a_worker_pointing_the_tail_at_a_real_entry_is_overwritten(
 
 def test_a_tail_forged_between_the_last_entry_and_the_commit(seeded: str, worker: Any) -> None:
     """The worker writes, then names a later seq with its own entry's link in the
-    setting before COMMIT: the follower's move is checked by the head's guard."""
-    size, last = tail(worker)
-    with pytest.raises(psycopg.Error) as caught, worker.transaction():
+    setting before COMMIT: until 0017 the follower read it at the commit (and the head's
+    guard refused the move, JOURNAL_BROKEN); now nothing reads it and the post commits."""
+    size, _ = tail(worker)
+    with worker.transaction():
         worker.execute(POST, ('{"x":1}',))
         (chain,) = worker.execute(
             "SELECT chain_hash FROM cassette_journal ORDER BY seq DESC LIMIT 1"
@@ -184,8 +159,8 @@ def test_a_tail_forged_between_the_last_entry_and_the_commit(seeded: str, worker
             " || %s, true)",
             (size + 40, bytes(chain).hex()),
         )
-    assert code_of(caught.value) is ErrorCode.JOURNAL_BROKEN
-    assert tail(worker) == (size, last) == head(worker)
+    assert tail(worker)[0] == size + 3
+    assert_whole(seeded, worker)
 
 
 # ------------------------------------------------------------------- other sessions
@@ -321,7 +296,7 @@ ROLE_CALLS = [
     ("cassette_worker", "SELECT * FROM cassette_head FOR KEY SHARE"),
     ("cassette_auditor", "SELECT * FROM cassette_head FOR UPDATE"),
     ("cassette_worker", "SET session_replication_role = replica"),
-    ("cassette_worker", "ALTER TABLE cassette_journal DISABLE TRIGGER cassette_head_follow"),
+    ("cassette_worker", "ALTER TABLE cassette_journal DISABLE TRIGGER cassette_journal_guard"),
 ]
 
 
@@ -329,13 +304,13 @@ ROLE_CALLS = [
 def test_a_role_calls_only_its_own_functions(seeded: str, role: str, sql: str) -> None:
     """Another role's definer function, a row lock on the head (it would hold every
     writer without writing), skipping triggers by replication role, or disabling the
-    follower: PERMISSION_DENIED, nothing written."""
+    journal's guard: PERMISSION_DENIED, nothing written."""
     with connect(seeded, role) as conn:
         before = tail(conn)
         with pytest.raises(psycopg.Error) as caught:
             conn.execute(sql)
         assert code_of(caught.value) is ErrorCode.PERMISSION_DENIED, caught.value
-        assert tail(conn) == before == head(conn)
+        assert tail(conn) == before
 
 
 def test_an_appender_forging_the_tail_after_taking_the_time(seeded: str) -> None:
@@ -390,8 +365,8 @@ def test_a_claim_attested_under_another_workers_name(seeded: str, worker: Any) -
 
 def test_temporary_tables_do_not_shadow_the_workers_functions(seeded: str, worker: Any) -> None:
     """The worker (TEMP is PUBLIC's) makes a temporary cassette_head and cassette_journal
-    and puts pg_temp first: its definer functions and the follower pin `public, pg_temp`,
-    so the post goes to the ledger's journal and head."""
+    and puts pg_temp first: its definer functions pin `public, pg_temp`, so the post goes
+    to the ledger's journal and takes the ledger's head."""
     size, _ = tail(worker)
     worker.execute("CREATE TEMP TABLE cassette_journal (LIKE public.cassette_journal)")
     worker.execute("CREATE TEMP TABLE cassette_head AS SELECT * FROM public.cassette_head")
@@ -409,7 +384,7 @@ def test_an_owners_temporary_journal_no_longer_swallows_entries(seeded: str, own
     search_path: with a temporary cassette_journal first, a raw row's entry went to the
     temporary table and the ledger's rows outran its journal (verify: unjournaled_row).
     Since migration 0016 every such function pins search_path = public, pg_temp: the
-    entry goes to the ledger's journal whatever the session's path, and the head follows
+    entry goes to the ledger's journal whatever the session's path
     (tests/test_postgres_attacks_0015.py has the guard's and the row rules' forms)."""
     size, _ = tail(owner)
     owner.execute(
@@ -420,16 +395,14 @@ def test_an_owners_temporary_journal_no_longer_swallows_entries(seeded: str, own
     assert owner.execute("SELECT count(*) FROM pg_temp.cassette_journal").fetchone() == (0,)
     owner.execute("DROP TABLE pg_temp.cassette_journal")
     owner.execute("SET search_path = public")
-    assert tail(owner)[0] == size + 1  # the ledger's journal got it
-    assert head(owner) == tail(owner)
+    assert tail(owner)[0] == size + 1  # the ledger's journal got it, whole
     assert "unjournaled_row" not in findings(seeded)
 
 
 def test_an_owners_entry_without_a_row(seeded: str, owner: Any) -> None:
     """The owner stamps the head with its own transaction and inserts an entry with
     true hashes whose body names a message no table holds: the journal's guard accepts
-    it (it checks links, not rows) and the follower moves the head one entry; verify
-    compares the rows with the journal."""
+    it (it checks links, not rows); verify compares the rows with the journal."""
     size, last = tail(owner)
     body = (
         '{"table":"cassette_messages","op":"INSERT","key":99,"row":{"message_id":99,'
@@ -444,7 +417,7 @@ def test_an_owners_entry_without_a_row(seeded: str, owner: Any) -> None:
             " VALUES (%s, %s, %s, %s, 'cassette_messages', '99')",
             (size, body, leaf, chain_hash(size, last, leaf)),
         )
-    assert head(owner) == tail(owner)
+    assert tail(owner)[0] == size + 1
     assert "row_missing" in findings(seeded)
 
 
@@ -466,23 +439,3 @@ def test_a_seal_from_an_old_snapshot_is_busy(seeded: str) -> None:
         assert code_of(caught.value) is ErrorCode.BUSY
         assert sealer.execute("SELECT count(*) FROM cassette_seals").fetchone() == (0,)
         assert_whole(seeded, other)
-
-
-def test_a_follower_disabled_for_one_transaction_leaves_the_head_behind(
-    seeded: str, owner: Any
-) -> None:
-    """The owner disables the follower, writes, and enables it again in one transaction:
-    no event was queued for the entries, so the head stays behind the journal and the
-    catalog looks untouched. verify names the head (journal_head). The next write's
-    entries go after the journal's last all the same (0015: the guard reads the journal,
-    not the head; before, the first linked at the stale head and was refused), and its
-    follower moves the head to the end, which the head's guard allows: whole again."""
-    size, _ = tail(owner)
-    with owner.transaction():
-        owner.execute("ALTER TABLE cassette_journal DISABLE TRIGGER cassette_head_follow")
-        owner.execute(POST, ('{"x":1}',))
-        owner.execute("ALTER TABLE cassette_journal ENABLE TRIGGER cassette_head_follow")
-    assert head(owner)[0] == size != tail(owner)[0]
-    assert findings(seeded) == {"journal_head"}
-    owner.execute(POST, ('{"y":1}',))
-    assert_whole(seeded, owner)

@@ -17,8 +17,8 @@ computed here.
    inheritance, event triggers, the settings of the database and of the cassette_* roles.
 2. **Chain** (``verify/chain.py``, the SQLite verifier's own walk): the journal streamed
    in seq order from a server-side cursor, constant memory; every leaf and link hash
-   recomputed; the head row (``cassette_head``) agrees with the last entry
-   (``journal_head``); recorded seals match the roots rebuilt from the bodies.
+   recomputed; the head row (``cassette_head``) is there, once (``journal_head``);
+   recorded seals match the roots rebuilt from the bodies.
 3-5. **State, consistency, time**: the journal and the tables are copied, as read, into
    a private SQLite database in a temporary directory (on disk: memory stays bounded),
    and the SQLite verifier's own checks run on it (``verify/state.py``,
@@ -147,7 +147,7 @@ def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyRepo
             journal.close()
             if walk is not None:
                 walk.finish()
-            _check_head(conn, out, report.journal_rows, mirror.last_chain, "cassette_head" in found)
+            _check_head(conn, out, "cassette_head" in found)
             roots = walk.roots if walk is not None else {}
             if seals:
                 check_recorded_seals(
@@ -262,10 +262,10 @@ def _check_meta(conn: psycopg.Connection[Any], mirror: sqlite3.Connection, out: 
     check_ledger_id(mirror, out, dict(meta))
 
 
-def _check_head(
-    conn: psycopg.Connection[Any], out: Collector, size: int, last_chain: bytes, exists: bool
-) -> None:
-    """The one head row names the entry after the last and the last chain hash."""
+def _check_head(conn: psycopg.Connection[Any], out: Collector, exists: bool) -> None:
+    """The head is one row. It holds the chain's lock and the ledger's clock, not the
+    journal's end (migration 0017: the journal's last entry is that, read by the guard);
+    its time is checked with the rows' (``_check_head_time``)."""
     heads = conn.execute(query("verify_head")).fetchall() if exists else []
     if len(heads) != 1:
         out.add(
@@ -273,26 +273,6 @@ def _check_head(
                 FindingKind.JOURNAL_HEAD,
                 f"cassette_head holds {len(heads)} rows, the ledger's one",
                 table="cassette_head",
-            )
-        )
-        return
-    next_seq, chain = heads[0]
-    if next_seq != size:
-        out.add(
-            Finding(
-                FindingKind.JOURNAL_HEAD,
-                f"the head names {next_seq} entries, the journal holds {size}",
-                size,
-                "cassette_head",
-            )
-        )
-    if chain != last_chain:
-        out.add(
-            Finding(
-                FindingKind.JOURNAL_HEAD,
-                "the head's chain_hash is not the last entry's",
-                size - 1 if size else None,
-                "cassette_head",
             )
         )
 
@@ -303,7 +283,7 @@ def _check_head_time(
     """The head keeps the ledger's time (SQLite derives it from the rows): the floor of
     the next write's date, so never before the newest row's. A head moved back would let
     the next write be dated before the rows already there; said now, not after it."""
-    heads = conn.execute(query("verify_head_time")).fetchall()
+    heads = conn.execute(query("verify_head")).fetchall()
     if len(heads) != 1:
         return  # (_check_head names a missing or doubled head)
     newest = max(
@@ -378,7 +358,6 @@ class Mirror:
     def __init__(self, path: Path, *, journal: bool, major: int) -> None:
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.keep_journal = journal
-        self.last_chain = ZERO_HASH
         self.conn.execute("PRAGMA journal_mode = OFF")
         self.conn.execute("PRAGMA synchronous = OFF")
         self.conn.execute("BEGIN")
@@ -409,8 +388,6 @@ class Mirror:
         while rows := cursor.fetchmany(BATCH):
             if self.keep_journal:
                 self.conn.executemany(insert, [(r[0], r[1], r[2], r[4], r[5]) for r in rows])
-            last = rows[-1][3]
-            self.last_chain = last if isinstance(last, bytes) else b""
             yield rows
 
     def copy_table(self, conn: psycopg.Connection[Any], table: str) -> None:

@@ -36,7 +36,7 @@ class FindingKind(str, Enum):
     CORRUPT = "corrupt"
     INDEX_MISMATCH = "index_mismatch"
     # PostgreSQL only: a ledger trigger that does not fire (ALTER TABLE ... DISABLE
-    # TRIGGER), a head row that does not agree with the journal's last entry, and a
+    # TRIGGER), a head row missing or doubled (the chain's lock and the ledger's clock), and a
     # catalog not compared (no snapshot made on the server's major version)
     TRIGGER_DISABLED = "trigger_disabled"
     JOURNAL_HEAD = "journal_head"

@@ -29,9 +29,6 @@ SELECT key FROM ONLY public.cassette_meta ORDER BY key COLLATE "C";
 SELECT key, value FROM ONLY public.cassette_meta ORDER BY key COLLATE "C";
 
 -- name: verify_head
-SELECT next_seq, chain_hash FROM ONLY public.cassette_head;
-
--- name: verify_head_time
 SELECT time_ms FROM ONLY public.cassette_head;
 
 -- name: verify_journal
