@@ -2,6 +2,7 @@
 
     python scripts/bench_pg_levers.py ab --loop ours-separate --workers 4 - variant.sql
     python scripts/bench_pg_levers.py waits --loop ours-fused --workers 4
+    python scripts/bench_pg_levers.py serial --loop ours-separate --steps 1000 - variant.sql
 
 ``ab`` makes one template per variant on one throwaway durable cluster (this checkout's
 migrations, then the variant's SQL run as the owner; ``-`` runs none), runs the claim +
@@ -12,6 +13,14 @@ with every trial's, and the CPU each step cost in the worker processes and in th
 redefined, a trigger made conditional) or its undoing: SQL that puts back what a migration
 replaced measures that migration against its absence in the same run.
 
+``serial`` measures what the server spends per step with no other process in the way:
+one connection calls the ledger's claim and completion functions (``cassette_claim`` then
+``cassette_complete``, or ``cassette_complete_and_claim`` for ours-fused) in a loop,
+committing asynchronously with no flush (so no fsync and no lock wait is timed), on a
+fresh clone of each variant's template, interleaved; it prints per variant the median
+wall time and the backend's own CPU time per step (from /proc: the server's work alone,
+steadier than the workers' trials on a noisy machine).
+
 ``waits`` runs one trial (of one variant, ``-`` by default) and samples every 2 ms what
 the trial's backends wait for (pg_stat_activity: a lock, the WAL, the client, or nothing:
 active).
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import statistics
 import sys
 import tempfile
@@ -95,6 +105,75 @@ def ab(server: bench.Server, cluster_dir: str, args: argparse.Namespace) -> None
         )
 
 
+CLAIM = "SELECT step_id, fencing_token FROM cassette_claim('{run}', 'w', 1, 600000)"
+COMPLETE = "SELECT cassette_complete('{run}', %s, 'w', %s, 'SUCCESS', '{{}}')"
+COMPLETE_AND_CLAIM = (
+    "SELECT step_id, fencing_token FROM cassette_complete_and_claim('{run}', %s, 'w', %s,"
+    " 'SUCCESS', '{{}}', 600000)"
+)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU time of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def serial_trial(url: str, loop: str, steps: int) -> tuple[float, float]:
+    """(wall ms, backend CPU ms) per step of ``steps`` claims and completions on one
+    connection, each committed asynchronously and never flushed."""
+    run = bench.RUN
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = off")
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        pid = int(row[0])
+        cpu, start = cpu_seconds(pid), time.perf_counter()
+        lease = conn.execute(CLAIM.format(run=run)).fetchone()
+        for done in range(1, steps + 1):
+            assert lease is not None, f"step {done}: nothing claimed"
+            if loop == "ours-fused":
+                lease = conn.execute(
+                    COMPLETE_AND_CLAIM.format(run=run), lease, prepare=True
+                ).fetchone()
+                if lease is not None and lease[0] is None:
+                    lease = None
+            else:
+                conn.execute(COMPLETE.format(run=run), lease, prepare=True)
+                lease = (
+                    conn.execute(CLAIM.format(run=run), prepare=True).fetchone()
+                    if done < steps
+                    else None
+                )
+        wall, used = time.perf_counter() - start, cpu_seconds(pid) - cpu
+    return wall * 1000 / steps, used * 1000 / steps
+
+
+def serial(server: bench.Server, args: argparse.Namespace) -> None:
+    if args.loop not in ("ours-separate", "ours-fused"):
+        raise SystemExit("serial measures the ledger's own loops: ours-separate or ours-fused")
+    names = {}
+    for index, variant in enumerate(args.variants):
+        names[variant] = f"tpl_lever_{index}"
+        template(server, names[variant], args.loop, args.steps + 1, variant_sql(variant))
+    seen: dict[str, list[tuple[float, float]]] = {v: [] for v in args.variants}
+    for rep in range(args.reps):
+        for variant in args.variants:
+            url = server.create(TRIAL, names[variant])
+            try:
+                seen[variant].append(serial_trial(url, args.loop, args.steps))
+            finally:
+                server.drop(TRIAL)
+        bench.out(f"  repetition {rep + 1}/{args.reps} done, load average {bench.load()}")
+    for variant, rows in seen.items():
+        each = " ".join(f"{w:.3f}/{c:.3f}" for w, c in rows)
+        bench.out(
+            f"{variant:32s} wall {statistics.median(w for w, _ in rows):.3f} ms,"
+            f" server CPU {statistics.median(c for _, c in rows):.3f} ms per step"
+            f" [wall/CPU per trial: {each}]"
+        )
+
+
 def waits(server: bench.Server, cluster_dir: str, args: argparse.Namespace) -> None:
     if len(args.variants) != 1:
         raise SystemExit("waits measures one variant: a SQL file, or - for none")
@@ -132,7 +211,7 @@ def waits(server: bench.Server, cluster_dir: str, args: argparse.Namespace) -> N
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("what", choices=("ab", "waits"))
+    parser.add_argument("what", choices=("ab", "serial", "waits"))
     parser.add_argument("variants", nargs="*", default=["-"], help="SQL files, - for none")
     parser.add_argument("--loop", default="ours-separate", choices=bench.LOOPS)
     parser.add_argument("--workers", type=int, default=4)
@@ -149,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.what == "ab":
             ab(server, cluster_dir, args)
+        elif args.what == "serial":
+            serial(server, args)
         else:
             waits(server, cluster_dir, args)
     finally:

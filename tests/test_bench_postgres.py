@@ -76,8 +76,9 @@ def test_bench_postgres_quick_run(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_bench_pg_levers_runs_both_ways(tmp_path: Path) -> None:
-    """`scripts/bench_pg_levers.py`: an A/B of a variant against none, and the wait
-    sampler, end to end at tiny sizes on their own cluster."""
+    """`scripts/bench_pg_levers.py`: an A/B of a variant against none, the serial
+    measure of the server's CPU per step, and the wait sampler, end to end at tiny sizes
+    on their own cluster."""
     try:
         postgres._pg_cluster().find_bin_dir()
     except Exception as error:  # no PostgreSQL: fails unless CASSETTE_SKIP_POSTGRES=1
@@ -97,6 +98,19 @@ def test_bench_pg_levers_runs_both_ways(tmp_path: Path) -> None:
     lines = [line for line in ab.stdout.splitlines() if "steps/s [" in line]
     assert [line.split()[0] for line in lines] == ["-", str(variant)]
     assert all("CPU ms per step: clients" in line for line in lines)
+    for loop in ("ours-fused", "ours-separate"):
+        options = [*sizes[:2], "--loop", loop, "--reps", "1"]
+        serial = subprocess.run(
+            [sys.executable, script, "serial", *options, "-", str(variant)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=ROOT,
+        )
+        assert serial.returncode == 0, serial.stdout + serial.stderr
+        lines = [line for line in serial.stdout.splitlines() if "ms per step [" in line]
+        assert [line.split()[0] for line in lines] == ["-", str(variant)]
+        assert all(float(line.split("server CPU ")[1].split()[0]) >= 0 for line in lines)
     waits = subprocess.run(
         [sys.executable, script, "waits", *sizes],
         capture_output=True,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -202,6 +203,7 @@ class BothBackends(RuleBasedStateMachine):
                 assert report.ok, report.findings
         finally:
             postgres.drop_database(self.server, self.url)
+            shutil.rmtree(self.tmp, ignore_errors=True)  # (one directory per example)
 
 
 class SignedBothBackends(BothBackends):
