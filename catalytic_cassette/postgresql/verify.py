@@ -147,7 +147,7 @@ def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyRepo
             journal.close()
             if walk is not None:
                 walk.finish()
-            _check_head(conn, out, "cassette_head" in found)
+            heads = _check_head(conn, out, "cassette_head" in found)
             roots = walk.roots if walk is not None else {}
             if seals:
                 check_recorded_seals(
@@ -166,7 +166,7 @@ def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyRepo
                         mirror.copy_table(conn, table)
                 mirror.commit()
                 out.merge(_check_rows(mirror.conn, options, now_ms))
-                _check_head_time(conn, mirror.conn, out, tables)
+                _check_head_time(heads, mirror.conn, out, tables)
                 if options.public_key is not None:
                     check_signatures(mirror.conn, out, options.public_key)
                 if options.worker_keys is not None:
@@ -262,10 +262,12 @@ def _check_meta(conn: psycopg.Connection[Any], mirror: sqlite3.Connection, out: 
     check_ledger_id(mirror, out, dict(meta))
 
 
-def _check_head(conn: psycopg.Connection[Any], out: Collector, exists: bool) -> None:
-    """The head is one row. It holds the chain's lock and the ledger's clock, not the
-    journal's end (migration 0017: the journal's last entry is that, read by the guard);
-    its time is checked with the rows' (``_check_head_time``)."""
+def _check_head(
+    conn: psycopg.Connection[Any], out: Collector, exists: bool
+) -> list[tuple[Any, ...]]:
+    """The head is one row; its rows as read. It holds the chain's lock and the ledger's
+    clock, not the journal's end (migration 0017: the journal's last entry is that, read
+    by the guard); its time is checked with the rows' (``_check_head_time``)."""
     heads = conn.execute(query("verify_head")).fetchall() if exists else []
     if len(heads) != 1:
         out.add(
@@ -275,15 +277,16 @@ def _check_head(conn: psycopg.Connection[Any], out: Collector, exists: bool) -> 
                 table="cassette_head",
             )
         )
+    return heads
 
 
 def _check_head_time(
-    conn: psycopg.Connection[Any], mirror: sqlite3.Connection, out: Collector, tables: list[str]
+    heads: list[tuple[Any, ...]], mirror: sqlite3.Connection, out: Collector, tables: list[str]
 ) -> None:
     """The head keeps the ledger's time (SQLite derives it from the rows): the floor of
     the next write's date, so never before the newest row's. A head moved back would let
-    the next write be dated before the rows already there; said now, not after it."""
-    heads = conn.execute(query("verify_head")).fetchall()
+    the next write be dated before the rows already there; said now, not after it.
+    ``heads``: the head's rows as ``_check_head`` read them (one snapshot)."""
     if len(heads) != 1:
         return  # (_check_head names a missing or doubled head)
     newest = max(
