@@ -4,13 +4,16 @@ the step's guard.
 
 1. With no copy of the journal's end in the head, an entry is placed by what the journal's
    guard reads: the head's stamp and the journal's last entry. The attacks: an entry
-   under the head's row lock without its stamp; a statement whose own snapshot was taken
-   before the last writer committed (a CTE that takes the head, a multi-row INSERT, an
-   INSERT ... SELECT whose first row takes the head), which must still link to that
-   writer's entries; the same from a REPEATABLE READ or SERIALIZABLE snapshot, which must
-   fail rather than link to an older end; a stamp rolled back with its savepoint. The
-   primary key on seq is what makes a fork a refusal rather than a second chain; these
-   tests check that no shape even gets there.
+   under the head's row lock without its stamp; a stamp rolled back with its savepoint;
+   rows COPYed in (one guard per row, each seeing the rows before it); a statement whose
+   own snapshot was taken before the last writer committed (a CTE that takes the head
+   for a multi-row INSERT, an INSERT ... SELECT whose first row takes the head,
+   cassette_post), which must link after that writer's entries in READ COMMITTED and,
+   from a REPEATABLE READ or SERIALIZABLE snapshot, fail rather than link to an older
+   end. The primary key on seq is what would make a fork a refusal rather than a second
+   chain; these tests check that no shape even gets there. (Prepared transactions were
+   tried by hand on a server with max_prepared_transactions > 0: a racer waits for
+   COMMIT PREPARED and links after the prepared entries; the test servers allow none.)
 2. The claim's generic plan: the index scan on the PENDING partial index, in claim order
    (no Sort of a run's pending steps), whatever the statistics say and however many
    steps are asked for.
@@ -115,6 +118,30 @@ def test_a_stamp_rolled_back_with_its_savepoint_is_no_head(owner: Any, pg_ledger
             owner.execute(RAW_ENTRY, (BODY,))
         assert translate(caught.value).code is ErrorCode.JOURNAL_BROKEN
     assert entries(owner) == before
+
+
+def test_entries_copied_in_are_placed_one_after_another(owner: Any) -> None:
+    """COPY FROM fires the guard for each row (no multi-insert with a BEFORE trigger), and
+    each row's guard sees the rows copied before it: without the head nothing is stored;
+    with it, the rows are dense and linked."""
+    size, _ = journal_end(owner)
+    rows = [(BODY, "cassette_messages", str(n)) for n in range(3)]
+    copy = "COPY public.cassette_journal (body, tbl, row_key) FROM STDIN"
+    with (
+        pytest.raises(psycopg.Error) as caught,
+        owner.transaction(),
+        owner.cursor().copy(copy) as feed,
+    ):
+        for row in rows:
+            feed.write_row(row)
+    assert translate(caught.value).code is ErrorCode.JOURNAL_BROKEN
+    assert journal_end(owner)[0] == size
+    with owner.transaction():
+        owner.execute(TAKE_HEAD)
+        with owner.cursor().copy(copy) as feed:
+            for row in rows:
+                feed.write_row(row)
+    assert journal_end(owner)[0] == size + 3
 
 
 # Each takes the head and journals ENTRIES raw entries in ONE statement, whose snapshot is
