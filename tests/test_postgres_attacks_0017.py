@@ -24,6 +24,7 @@ the step's guard.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -487,3 +488,53 @@ def test_every_requeue_is_refused_as_by_the_two_trigger_form(
     assert not isinstance(outcomes["0017"]["unsigned, expired: requeue by hand"], ErrorCode)
     assert outcomes["0017"]["signed, expired: requeue by hand"] is ErrorCode.SIGNATURE_REQUIRED
     assert outcomes["0017"]["signed, live: requeue by hand"] is ErrorCode.LEASE_NOT_EXPIRED
+
+
+# ------------------------------------- 4. the lever files on a ledger past 0017
+
+# scripts/bench_pg_levers.py ab runs a variant's SQL on a ledger at this checkout's last
+# migration. 0017 dropped what the older undo files name (cassette_head.next_seq,
+# cassette_tail_malformed(), cassette_steps_update_signature()), so each of them applies
+# only after the newer ones have put back what came after it.
+LEVERS = sorted((ROOT / "scripts" / "levers").glob("undo_*.sql"), reverse=True)
+
+
+def _worker_path_runs(url: str) -> None:
+    """A post, a claim and a completion through the package, and a whole chain."""
+    with MessageCassette(url) as cassette:
+        cassette.post_message({"jobs": [{"intent": "i", "steps": [{}, {}]}]}, "run", "USER")
+        step = cassette.claim_step("run", "w", 60)
+        assert step is not None
+        cassette.complete_step("run", step["step_id"], "w", step["fencing_token"], {}, "SUCCESS")
+        assert cassette.status("run")["steps"] == {"PENDING": 1, "LEASED": 0, "COMMITTED": 1}
+    with psycopg.connect(url) as conn:
+        assert journal_end(conn)[0] == 4 + 1 + 2  # the post's rows, the claim, the receipt
+
+
+def _apply(url: str, levers: list[Path]) -> None:
+    """As bench_pg_levers applies a variant: its text, in one statement string."""
+    text = "".join(path.read_text(encoding="utf-8") for path in levers)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(text.encode("utf-8"))
+
+
+@pytest.mark.parametrize("oldest", range(len(LEVERS)), ids=[p.name for p in LEVERS])
+def test_each_lever_applies_after_the_newer_ones(pg_ledger: str, oldest: int) -> None:
+    _apply(pg_ledger, LEVERS[: oldest + 1])
+    _worker_path_runs(pg_ledger)
+
+
+def test_the_lever_the_readme_names_applies_alone(pg_server: str, pg_template: str) -> None:
+    """README's example of `bench_pg_levers.py ab - variant.sql` names a lever file: run
+    alone on the ledger the script makes, it must leave a working ledger (since 0017,
+    undo_0015.sql alone left every write failing: cassette_tail_malformed() is gone)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    named = sorted(set(re.findall(r"scripts/levers/(undo_\d+\.sql)", readme)))
+    assert named
+    for name in named:
+        url = postgres.clone_database(pg_server, pg_template)
+        try:
+            _apply(url, [ROOT / "scripts" / "levers" / name])
+            _worker_path_runs(url)
+        finally:
+            postgres.drop_database(pg_server, url)
