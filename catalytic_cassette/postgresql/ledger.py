@@ -145,8 +145,8 @@ class PgLedger:
         )
 
     def journal_size(self) -> int:
-        """The number of journal entries (counted in the journal: inside a writing
-        transaction the head lags until commit, 0009)."""
+        """The number of journal entries, counted in the journal (its last entry is its
+        end; the head keeps no count since migration 0017)."""
         from .anchors import journal_size
 
         return journal_size(self.pg)

@@ -135,7 +135,7 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY;
 SELECT value FROM cassette_meta WHERE key = 'ledger_id';
 
 -- name: journal_size
--- Counted in the journal: inside a writing transaction the head lags until commit (0009).
+-- Counted in the journal, whose last entry is its end (the head keeps no count since 0017).
 SELECT cassette_journal_size();
 
 -- name: journal_before
