@@ -1,7 +1,10 @@
 -- 0017: the head is the chain's lock and the ledger's clock, no longer a copy of the
 -- journal's end; the claim's plan is made once; a step's update checks a requeue's
--- signature itself (issue 15, item 7). Same journal bytes, same codes. Measured in
--- docs/BENCHMARKS.md, "Issue 15: the head as a lock and a clock (migration 0017)".
+-- signature itself (issue 15, item 7). Same journal bytes; the same codes for every
+-- caller but an attacker's (a forged cassette.tail is no longer JOURNAL_BROKEN: nothing
+-- reads it) and verify's journal_head, which now means a head that is not one row.
+-- Measured in docs/BENCHMARKS.md, "Issue 15: the head as a lock and a clock (migration
+-- 0017)".
 --
 -- 1. Since 0015 the journal's guard places and hashes every entry from the journal's
 --    last entry (read through the seq's primary key, under the head), so the head's
