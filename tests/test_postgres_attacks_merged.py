@@ -65,19 +65,13 @@ def worker(seeded: str) -> Iterator[Any]:
         yield conn
 
 
-def tail(conn: Any) -> tuple[int, bytes]:
-    """The journal's size and last link, recomputed here from the bodies; every stored
-    hash must be the recomputed one (asserted)."""
-    return journal_end(conn)
-
-
 def findings(url: str, **options: Any) -> set[str]:
     return {f.kind.value for f in verify_path(url, **options).errors}
 
 
 def assert_whole(url: str, conn: Any) -> None:
     """Every entry at its seq, every link its body's, verify clean."""
-    tail(conn)
+    journal_end(conn)
     assert findings(url) == set()
 
 
@@ -92,7 +86,7 @@ def code_of(error: BaseException) -> ErrorCode:
 def test_entries_of_a_rolled_back_savepoint_leave_no_trace(seeded: str, owner: Any) -> None:
     """Entries written in a savepoint, then ROLLBACK TO SAVEPOINT: their seqs go with
     them, and the transaction's later entries take the same seqs."""
-    size, _ = tail(owner)
+    size, _ = journal_end(owner)
     with owner.transaction():
         owner.execute(POST, ('{"kept":1}',))
         with pytest.raises(psycopg.Error), owner.transaction():
@@ -132,7 +126,7 @@ def test_a_worker_pointing_the_tail_at_a_real_entry_is_overwritten(
     its first write: the journal's guard does not read it (0015) and places the post's
     entries after the journal's last, as ever (from 0009 to 0015 the post linked after
     that entry, at a seq that is taken, and was refused JOURNAL_BROKEN)."""
-    size, _ = tail(worker)
+    size, _ = journal_end(worker)
     (chain,) = worker.execute("SELECT chain_hash FROM cassette_journal WHERE seq = 1").fetchone()
     with worker.transaction():
         worker.execute(
@@ -140,7 +134,7 @@ def test_a_worker_pointing_the_tail_at_a_real_entry_is_overwritten(
             (bytes(chain).hex(),),
         )
         worker.execute(POST, ('{"x":1}',))
-    assert tail(worker)[0] > size
+    assert journal_end(worker)[0] > size
     assert_whole(seeded, worker)
 
 
@@ -148,7 +142,7 @@ def test_a_tail_forged_between_the_last_entry_and_the_commit(seeded: str, worker
     """The worker writes, then names a later seq with its own entry's link in the
     setting before COMMIT: until 0017 the follower read it at the commit (and the head's
     guard refused the move, JOURNAL_BROKEN); now nothing reads it and the post commits."""
-    size, _ = tail(worker)
+    size, _ = journal_end(worker)
     with worker.transaction():
         worker.execute(POST, ('{"x":1}',))
         (chain,) = worker.execute(
@@ -159,7 +153,7 @@ def test_a_tail_forged_between_the_last_entry_and_the_commit(seeded: str, worker
             " || %s, true)",
             (size + 40, bytes(chain).hex()),
         )
-    assert tail(worker)[0] == size + 3
+    assert journal_end(worker)[0] == size + 3
     assert_whole(seeded, worker)
 
 
@@ -201,7 +195,7 @@ def test_a_seal_waits_for_the_session_holding_the_head(seeded: str) -> None:
 
         sealed = cassette.seal(Ed25519PrivateKey.generate())
     with connect(seeded) as conn:
-        assert sealed.tree_size == tail(conn)[0] - 1
+        assert sealed.tree_size == journal_end(conn)[0] - 1
         assert_whole(seeded, conn)
 
 
@@ -306,11 +300,11 @@ def test_a_role_calls_only_its_own_functions(seeded: str, role: str, sql: str) -
     writer without writing), skipping triggers by replication role, or disabling the
     journal's guard: PERMISSION_DENIED, nothing written."""
     with connect(seeded, role) as conn:
-        before = tail(conn)
+        before = journal_end(conn)
         with pytest.raises(psycopg.Error) as caught:
             conn.execute(sql)
         assert code_of(caught.value) is ErrorCode.PERMISSION_DENIED, caught.value
-        assert tail(conn) == before
+        assert journal_end(conn) == before
 
 
 def test_an_appender_forging_the_tail_after_taking_the_time(seeded: str) -> None:
@@ -318,7 +312,7 @@ def test_an_appender_forging_the_tail_after_taking_the_time(seeded: str) -> None
     then is overwritten by the action's entry (0015: the guard places it after the
     journal's last; from 0009 to 0015 the entry was refused, JOURNAL_BROKEN)."""
     with connect(seeded, "cassette_appender") as appender:
-        size, _ = tail(appender)
+        size, _ = journal_end(appender)
         (chain,) = appender.execute(
             "SELECT chain_hash FROM cassette_journal WHERE seq = 0"
         ).fetchone()
@@ -334,7 +328,7 @@ def test_an_appender_forging_the_tail_after_taking_the_time(seeded: str) -> None
                 " '[]', NULL, '{}', NULL, 1, NULL, 0, 0, '{}', NULL, NULL, NULL)",
                 (str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())),
             )
-        assert tail(appender)[0] == size + 1
+        assert journal_end(appender)[0] == size + 1
         assert_whole(seeded, appender)
 
 
@@ -367,7 +361,7 @@ def test_temporary_tables_do_not_shadow_the_workers_functions(seeded: str, worke
     """The worker (TEMP is PUBLIC's) makes a temporary cassette_head and cassette_journal
     and puts pg_temp first: its definer functions pin `public, pg_temp`, so the post goes
     to the ledger's journal and takes the ledger's head."""
-    size, _ = tail(worker)
+    size, _ = journal_end(worker)
     worker.execute("CREATE TEMP TABLE cassette_journal (LIKE public.cassette_journal)")
     worker.execute("CREATE TEMP TABLE cassette_head AS SELECT * FROM public.cassette_head")
     worker.execute("SET search_path = pg_temp, public")
@@ -375,7 +369,7 @@ def test_temporary_tables_do_not_shadow_the_workers_functions(seeded: str, worke
     assert worker.execute("SELECT count(*) FROM pg_temp.cassette_journal").fetchone() == (0,)
     worker.execute("DROP TABLE pg_temp.cassette_journal, pg_temp.cassette_head")
     worker.execute("SET search_path = public")
-    assert tail(worker)[0] == size + 3
+    assert journal_end(worker)[0] == size + 3
     assert_whole(seeded, worker)
 
 
@@ -386,7 +380,7 @@ def test_an_owners_temporary_journal_no_longer_swallows_entries(seeded: str, own
     Since migration 0016 every such function pins search_path = public, pg_temp: the
     entry goes to the ledger's journal whatever the session's path
     (tests/test_postgres_attacks_0015.py has the guard's and the row rules' forms)."""
-    size, _ = tail(owner)
+    size, _ = journal_end(owner)
     owner.execute(
         "CREATE TEMP TABLE cassette_journal AS SELECT * FROM public.cassette_journal WITH NO DATA"
     )
@@ -395,7 +389,7 @@ def test_an_owners_temporary_journal_no_longer_swallows_entries(seeded: str, own
     assert owner.execute("SELECT count(*) FROM pg_temp.cassette_journal").fetchone() == (0,)
     owner.execute("DROP TABLE pg_temp.cassette_journal")
     owner.execute("SET search_path = public")
-    assert tail(owner)[0] == size + 1  # the ledger's journal got it, whole
+    assert journal_end(owner)[0] == size + 1  # the ledger's journal got it, whole
     assert "unjournaled_row" not in findings(seeded)
 
 
@@ -403,7 +397,7 @@ def test_an_owners_entry_without_a_row(seeded: str, owner: Any) -> None:
     """The owner stamps the head with its own transaction and inserts an entry with
     true hashes whose body names a message no table holds: the journal's guard accepts
     it (it checks links, not rows); verify compares the rows with the journal."""
-    size, last = tail(owner)
+    size, last = journal_end(owner)
     body = (
         '{"table":"cassette_messages","op":"INSERT","key":99,"row":{"message_id":99,'
         '"run_id":"run","source":"USER","idempotency_key":null,"payload_json":"{}",'
@@ -417,7 +411,7 @@ def test_an_owners_entry_without_a_row(seeded: str, owner: Any) -> None:
             " VALUES (%s, %s, %s, %s, 'cassette_messages', '99')",
             (size, body, leaf, chain_hash(size, last, leaf)),
         )
-    assert tail(owner)[0] == size + 1
+    assert journal_end(owner)[0] == size + 1
     assert "row_missing" in findings(seeded)
 
 

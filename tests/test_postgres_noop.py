@@ -54,12 +54,6 @@ def head_row(conn: Any) -> tuple[Any, ...]:
     return tuple(row)
 
 
-def tail(conn: Any) -> tuple[int, bytes]:
-    """The journal's size and last link, recomputed from the bodies; every stored hash
-    must be the recomputed one (asserted)."""
-    return journal_end(conn)
-
-
 def code_of(error: BaseException) -> ErrorCode:
     assert isinstance(error, psycopg.Error), error
     return translate(error).code
@@ -145,10 +139,10 @@ def test_a_noop_writes_nothing_and_answers_while_the_head_is_held(
         holder.execute("BEGIN")
         holder.execute("SELECT cassette_tx_ms()")
     with connect(seeded) as owner:
-        before = (head_row(owner), tail(owner))
+        before = (head_row(owner), journal_end(owner))
         call, expected = NOOPS[name]
         answer = call(seeded)
-        assert (head_row(owner), tail(owner)) == before
+        assert (head_row(owner), journal_end(owner)) == before
         if name == "checkpoint":
             (expected,) = owner.execute("SELECT checkpoint_id FROM cassette_checkpoints").fetchone()
         assert answer == expected
@@ -204,7 +198,7 @@ def test_a_signed_noop_takes_no_head(seeded: str, holder: Any, tmp_path: Path, a
     key_path, _ = generate(str(tmp_path / "w3"))
     key = WorkerKey.load("w3", key_path)
     with connect(seeded) as owner:
-        before = (head_row(owner), tail(owner))
+        before = (head_row(owner), journal_end(owner))
         with MessageCassette(seeded, busy_timeout_ms=BUSY_MS, worker_key=key) as cassette:
             if act == "claim":
                 assert cassette.claim_steps("idle", "w3", 2, 60) == []
@@ -212,7 +206,7 @@ def test_a_signed_noop_takes_no_head(seeded: str, holder: Any, tmp_path: Path, a
                 assert cassette.requeue(RUN) == []
             else:
                 assert cassette.post_messages([REPOST, REPOST]) == [(1, 1), (1, 1)]
-        assert (head_row(owner), tail(owner)) == before
+        assert (head_row(owner), journal_end(owner)) == before
 
 
 def test_a_read_only_ledger_answers_noops_as_sqlite_does(seeded: str, tmp_path: Path) -> None:
@@ -254,12 +248,12 @@ def test_a_signed_batch_with_one_new_post_or_a_conflict_takes_the_signed_path(
     conflicting = ({"other": 1}, RUN, "USER", "k")
     fresh = ({"jobs": [{"intent": "i", "steps": [{}]}]}, RUN, "USER", "new")
     with connect(seeded) as owner, MessageCassette(seeded, worker_key=key) as cassette:
-        before = (head_row(owner), tail(owner))
+        before = (head_row(owner), journal_end(owner))
         with pytest.raises(CassetteError) as caught:
             cassette.post_messages([REPOST, conflicting])
         assert caught.value.code is ErrorCode.IDEMPOTENCY_CONFLICT
         assert caught.value.detail == {"message_id": 1, "index": 1}
-        assert (head_row(owner), tail(owner)) == before
+        assert (head_row(owner), journal_end(owner)) == before
         assert cassette.post_messages([REPOST, fresh]) == [(1, 1), (2, 2)]
         acts = owner.execute("SELECT act, message_id FROM cassette_attestations").fetchall()
         assert acts == [("post", 2)]
@@ -289,7 +283,7 @@ def test_a_conflicting_repost_is_refused_without_the_head(seeded: str, holder: A
     """Another payload under a committed key: IDEMPOTENCY_CONFLICT naming the message, as
     under the head, without waiting for it; nothing written."""
     with connect(seeded) as owner:
-        before = (head_row(owner), tail(owner))
+        before = (head_row(owner), journal_end(owner))
         with (
             MessageCassette(seeded, busy_timeout_ms=BUSY_MS) as cassette,
             pytest.raises(CassetteError) as caught,
@@ -297,7 +291,7 @@ def test_a_conflicting_repost_is_refused_without_the_head(seeded: str, holder: A
             cassette.post_message({"other": 1}, RUN, "USER", "k")
         assert caught.value.code is ErrorCode.IDEMPOTENCY_CONFLICT
         assert caught.value.detail["message_id"] == 1
-        assert (head_row(owner), tail(owner)) == before
+        assert (head_row(owner), journal_end(owner)) == before
 
 
 def test_a_claim_with_a_pending_step_takes_the_head(seeded: str, holder: Any) -> None:
@@ -327,7 +321,7 @@ def test_a_lease_due_by_the_ledgers_time_is_requeued(seeded: str, how: str) -> N
                 {"step_id": 1, "action": "requeued", "fencing_token": 1}
             ]
         assert head_row(owner) != before
-        tail(owner)  # the chain is whole
+        journal_end(owner)  # asserts the chain whole
 
 
 def test_a_due_lease_waits_for_the_head(seeded: str, holder: Any) -> None:
@@ -375,7 +369,7 @@ def test_a_noop_inside_a_transaction_holding_the_head(seeded: str) -> None:
         assert again is True
         assert head_row(worker) == stamped
         worker.execute("COMMIT")
-        tail(worker)  # the chain is whole
+        journal_end(worker)  # asserts the chain whole
 
 
 def test_idle_pollers_beside_a_poster_claim_each_step_once(seeded: str) -> None:
@@ -470,7 +464,7 @@ def test_a_malformed_tail_changes_nothing(seeded: str, role: str | None, when: s
     write = WRITES[role]
     with connect(seeded, role) as conn:
         for template in MALFORMED:
-            size, _ = tail(conn)
+            size, _ = journal_end(conn)
             with conn.transaction():
                 (me,) = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
                 if when != "before":
@@ -479,7 +473,7 @@ def test_a_malformed_tail_changes_nothing(seeded: str, role: str | None, when: s
                 conn.execute("SELECT set_config('cassette.tail', %s, true)", (forged,))
                 if when != "after":
                     conn.execute(write)
-            assert tail(conn)[0] > size, template
+            assert journal_end(conn)[0] > size, template
     # (the owner's raw messages have no job: verify names that, and nothing of the chain)
     assert {f.kind.value for f in verify_path(seeded).errors} <= {"empty_message"}
 
@@ -497,7 +491,7 @@ def test_a_malformed_tail_for_the_whole_session_is_overwritten_by_each_write(
         assert cassette.status(RUN)["messages"] == 2
         assert cassette.pg.execute("SHOW cassette.tail").fetchone() == ("garbage",)
     with connect(seeded) as owner:
-        tail(owner)  # the chain is whole
+        journal_end(owner)  # asserts the chain whole
     assert verify_path(seeded).ok
 
 
@@ -509,7 +503,7 @@ def test_a_well_formed_tail_of_another_transaction_is_ignored(seeded: str) -> No
     with connect(seeded, "cassette_worker") as worker:
         worker.execute("SELECT set_config('cassette.tail', %s, false)", (f"1:7:{chain.hex()}",))
         worker.execute(WRITES["cassette_worker"])
-        tail(worker)  # the chain is whole
+        journal_end(worker)  # asserts the chain whole
     assert verify_path(seeded).ok
 
 
