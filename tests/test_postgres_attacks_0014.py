@@ -23,15 +23,12 @@ from catalytic_cassette import ErrorCode, MessageCassette
 from catalytic_cassette.hashing import ZERO_HASH, chain_hash, leaf_hash
 from catalytic_cassette.postgresql.connection import translate
 
+from .pg_chain import BODY, head, journal
+
 psycopg = pytest.importorskip("psycopg")
 
 pytestmark = pytest.mark.postgresql
 
-BODY = (
-    '{"table":"cassette_messages","op":"INSERT","key":99,"row":{"message_id":99,'
-    '"run_id":"run","source":"USER","idempotency_key":null,"payload_json":"{}",'
-    '"created_at":1}}'
-)
 INSERT_ENTRY = (
     "INSERT INTO public.cassette_journal (seq, body, leaf_hash, chain_hash, tbl, row_key)"
     " VALUES (%s, %s, %s, %s, 'cassette_messages', '99')"
@@ -44,16 +41,6 @@ def owner(pg_ledger: str) -> Iterator[Any]:
         cassette.post_message({"jobs": [{"intent": "i", "steps": [{}]}]}, "run", "USER")
     with psycopg.connect(pg_ledger, autocommit=True) as conn:
         yield conn
-
-
-def journal(conn: Any) -> list[tuple[int, str, bytes]]:
-    rows = conn.execute("SELECT seq, body, chain_hash FROM cassette_journal ORDER BY seq")
-    return [(int(seq), body, bytes(chain)) for seq, body, chain in rows.fetchall()]
-
-
-def head(conn: Any) -> tuple[Any, ...]:
-    """The head's whole state: its stamp and the ledger's clock (0017)."""
-    return tuple(conn.execute("SELECT tx, time_ms, clock_offset_ms FROM cassette_head").fetchone())
 
 
 def from_a_temporary_trigger(conn: Any, statement: str) -> None:

@@ -33,15 +33,11 @@ from catalytic_cassette.hashing import leaf_hash
 from catalytic_cassette.postgresql.connection import translate
 from catalytic_cassette.verify import FindingKind
 
+from .pg_chain import BODY, head, journal
+
 psycopg = pytest.importorskip("psycopg")
 
 pytestmark = pytest.mark.postgresql
-
-BODY = (
-    '{"table":"cassette_messages","op":"INSERT","key":99,"row":{"message_id":99,'
-    '"run_id":"run","source":"USER","idempotency_key":null,"payload_json":"{}",'
-    '"created_at":1}}'
-)
 
 
 @pytest.fixture
@@ -50,18 +46,6 @@ def owner(pg_ledger: str) -> Iterator[Any]:
         cassette.post_message({"jobs": [{"intent": "i", "steps": [{}]}]}, "run", "USER")
     with psycopg.connect(pg_ledger, autocommit=True) as conn:
         yield conn
-
-
-def journal(conn: Any) -> list[tuple[int, str, bytes]]:
-    rows = conn.execute("SELECT seq, body, chain_hash FROM public.cassette_journal ORDER BY seq")
-    return [(int(seq), body, bytes(chain)) for seq, body, chain in rows.fetchall()]
-
-
-def head(conn: Any) -> tuple[Any, ...]:
-    """The head's whole state: its stamp and the ledger's clock (0017)."""
-    return tuple(
-        conn.execute("SELECT tx, time_ms, clock_offset_ms FROM public.cassette_head").fetchone()
-    )
 
 
 def shadow_head(conn: Any) -> None:

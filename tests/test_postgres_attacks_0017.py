@@ -39,7 +39,7 @@ from catalytic_cassette.signing import generate
 from catalytic_cassette.worker_keys import WorkerKey
 
 from . import postgres
-from .pg_chain import journal_end
+from .pg_chain import BODY, journal_end
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -48,11 +48,6 @@ pytestmark = pytest.mark.postgresql
 ROOT = Path(__file__).resolve().parents[1]
 UNDO_0017 = ROOT / "scripts" / "levers" / "undo_0017.sql"
 
-BODY = (
-    '{"table":"cassette_messages","op":"INSERT","key":99,"row":{"message_id":99,'
-    '"run_id":"run","source":"USER","idempotency_key":null,"payload_json":"{}",'
-    '"created_at":1}}'
-)
 RAW_ENTRY = (
     "INSERT INTO public.cassette_journal (body, tbl, row_key)"
     " VALUES (%s, 'cassette_messages', '99')"

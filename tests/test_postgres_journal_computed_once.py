@@ -23,15 +23,11 @@ from catalytic_cassette.hashing import ZERO_HASH, chain_hash, leaf_hash
 from catalytic_cassette.postgresql.connection import translate
 from catalytic_cassette.verify import verify_path
 
+from .pg_chain import BODY
+
 psycopg = pytest.importorskip("psycopg")
 
 pytestmark = pytest.mark.postgresql
-
-BODY = (
-    '{"table":"cassette_messages","op":"INSERT","key":99,"row":{"message_id":99,'
-    '"run_id":"run","source":"USER","idempotency_key":null,"payload_json":"{}",'
-    '"created_at":1}}'
-)
 
 
 @pytest.fixture
