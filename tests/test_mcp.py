@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from catalytic_cassette import CausalChain, ManualClock
 from catalytic_cassette.copying import copy_ledger
+from catalytic_cassette.errors import ErrorCode
 
-from .backends import dump
+from .backends import Ledger, dump
 from .conftest import file_digest
 
 pytestmark = pytest.mark.slow
@@ -398,3 +401,97 @@ def test_mcp_without_the_extra_says_how_to_install_it(tmp_path: Path, blocked: s
         "pip install 'catalytic-cassette[mcp]'\n"
     )
     assert file_digest(path) == before
+
+
+# ------------------------------------------------------------- any arguments
+
+ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=12)  # NUL, surrogates too
+
+
+def _argument_value(kind: str, ids: dict[str, str]) -> st.SearchStrategy[Any]:
+    """A value an agent might send for an argument of the schema's ``kind``: mostly a
+    plausible one (the ledger's ids and names, enumerations' words, times, small
+    numbers), else a wrong type, a number beyond 64 bits, any text."""
+    words = [*ids.values(), "p", "s", "t", "i", "plan", "session", "capability", "nope"]
+    plausible = (
+        st.integers(min_value=-1, max_value=3)
+        if kind == "integer"
+        else st.sampled_from([*words, "2026-01-01", "2100-01-01T00:00:00Z", "0"])
+    )
+    wild = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(),
+        ANY_TEXT,
+        st.lists(st.sampled_from(words), max_size=2),
+    )
+    return st.one_of(plausible, plausible, plausible, wild)
+
+
+def _kind(schema: dict[str, Any]) -> str:
+    types = [schema.get("type")] + [s.get("type") for s in schema.get("anyOf", [])]
+    return "integer" if "integer" in types else "string"
+
+
+@dataclass
+class InProcess:
+    """A server built in process on the table's ledger, and each tool's argument names."""
+
+    server: Any
+    ids: dict[str, str]
+    parameters: dict[str, dict[str, str]]  # tool -> argument -> "string" or "integer"
+
+
+@pytest.fixture
+def in_process(backend: Ledger, tmp_path: Path) -> InProcess:
+    """The table's ledger on the backend under test (on PostgreSQL, copied there)."""
+    import anyio
+
+    from catalytic_cassette.mcp_server import build_server
+
+    path = tmp_path / "source.db"
+    ids = _ledger(path)
+    target = str(path)
+    if backend.postgresql:
+        copy_ledger(str(path), backend.target)
+        target = backend.target
+    server = build_server(target)
+    listed = anyio.run(server.list_tools)
+    parameters = {
+        t.name: {name: _kind(schema) for name, schema in t.input_schema["properties"].items()}
+        for t in listed
+    }
+    return InProcess(server, ids, parameters)
+
+
+@pytest.mark.both_backends
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_any_arguments_get_an_answer_or_a_coded_refusal(
+    in_process: InProcess, data: st.DataObject
+) -> None:
+    """As the SDK's stdio server calls it: ``call_tool`` re-raises only a crash (which
+    the SDK would log with its traceback), so none may escape."""
+    import anyio
+
+    tool = data.draw(st.sampled_from([*in_process.parameters, "typo"]), label="tool")
+    arguments = {
+        name: data.draw(_argument_value(kind, in_process.ids), label=name)
+        for name, kind in in_process.parameters.get(tool, {}).items()
+        if data.draw(st.booleans(), label=f"give {name}")
+    }
+    if data.draw(st.integers(0, 9), label="misspell") == 0:
+        arguments["typo"] = "x"
+    result = anyio.run(in_process.server.call_tool, tool, arguments)
+    if result.is_error:
+        text = result.content[0].text
+        code = result.structured_content["code"]
+        assert code in {c.value for c in ErrorCode} and text.startswith(f"{code}: "), text
+        event(code)
+    else:
+        event("answered")
