@@ -1,4 +1,4 @@
-"""The ledger's read-only queries as MCP tools over stdio (optional extra: mcp, 2 or later).
+"""The ledger's read-only queries as MCP tools over stdio (optional extra: mcp, 2.3 or later).
 
 Every tool call opens the ledger read-only (a SQLite file or a ``postgresql://`` URL)
 and reads one snapshot, so the server never writes, never migrates, and never holds a

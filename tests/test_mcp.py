@@ -495,3 +495,18 @@ def test_any_arguments_get_an_answer_or_a_coded_refusal(
         event(code)
     else:
         event("answered")
+
+
+def test_the_readme_shows_what_a_refusal_looks_like_on_the_wire(tmp_path: Path) -> None:
+    import anyio
+
+    from catalytic_cassette.mcp_server import build_server
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("**Tools for agents (MCP).**") :]
+    shown = json.loads(section[section.index("```text\n") + 8 : section.index("\n```\n")])
+    path = tmp_path / "ledger.db"
+    _ledger(path)
+    result = anyio.run(build_server(str(path)).call_tool, "metrics", {"by": "typo"})
+    on_the_wire = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert {key: on_the_wire[key] for key in shown} == shown  # (also "resultType")
