@@ -322,8 +322,7 @@ def test_each_call_answers_or_refuses_with_its_code(served: Served, key: str) ->
 
 def test_no_call_changes_the_ledger_or_writes_a_traceback(served: Served) -> None:
     assert served.changed == []
-    assert "Traceback" not in served.stderr, served.stderr
-    assert "Error executing tool" not in served.stderr
+    assert served.stderr == ""  # no traceback, nor a log line per refusal
 
 
 def test_a_text_that_is_not_utf8_is_refused_in_process(tmp_path: Path) -> None:
