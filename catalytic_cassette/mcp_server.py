@@ -61,8 +61,9 @@ def _invalid(message: str) -> CassetteError:
 def check_arguments(tool: str, parameters: Mapping[str, Any], arguments: Mapping[str, Any]) -> None:
     """What no tool accepts, refused before it runs: an argument it does not take (a
     typo would otherwise be ignored, and a narrower question answered as a wider one),
-    a text that is not UTF-8 (a lone surrogate from a JSON escape), an integer that no
-    ledger column holds."""
+    a text that is not UTF-8 (a lone surrogate: the SDK's JSON refuses one on stdio, but
+    a server built in process is called with Python strings), an integer that no ledger
+    column holds."""
     unknown = sorted(set(arguments) - set(parameters))
     if unknown:
         raise _invalid(
@@ -97,6 +98,8 @@ class LedgerServer(MCPServer[Any]):
     """
 
     def __init__(self, name: str, tools: Mapping[str, Callable[..., dict[str, Any]]]) -> None:
+        # A refusal is the agent's answer, not news for the operator: the SDK logs
+        # nothing below a warning, so stderr stays empty until something is wrong.
         super().__init__(name, log_level="WARNING")
         self._parameters = {
             tool: dict(signature(function).parameters) for tool, function in tools.items()
