@@ -16,7 +16,7 @@ from catalytic_cassette.cli import cli
 from catalytic_cassette.copying import copy_ledger
 
 from .backends import Ledger
-from .test_live_processes import _env, _structured
+from .test_mcp import _env, _structured
 
 pytest.importorskip("mcp")
 psycopg = pytest.importorskip("psycopg")
@@ -76,7 +76,7 @@ ERROR = {"error": True}
 
 def _answer(result: Any) -> Any:
     """A tool's structured answer, or ERROR when the call was refused."""
-    if getattr(result, "is_error", None) or getattr(result, "isError", None):
+    if result.is_error:
         return ERROR
     return _structured(result)
 

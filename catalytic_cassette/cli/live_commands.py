@@ -315,14 +315,20 @@ def verify_session(
 @click.pass_context
 def mcp(ctx: click.Context) -> None:
     """Serve the ledger's read-only queries as MCP tools over stdio (extra: mcp)."""
-    from ..errors import CassetteError, ErrorCode
-
     try:
         from ..mcp_server import serve
     except ImportError as exc:
-        raise CassetteError(
-            ErrorCode.INVALID_ARGUMENT,
+        # Only the extra's own packages missing (or an mcp older than 2) is the user's
+        # install to fix; any other failed import is a bug and keeps its traceback.
+        if (exc.name or "").split(".")[0] not in {"mcp", "pydantic"}:
+            raise
+        from ..errors import ErrorCode
+        from .boundary import EXIT_USAGE, Refusal
+
+        raise Refusal(
+            ErrorCode.MISSING_EXTRA.value,
             "the MCP server needs the mcp extra: pip install 'catalytic-cassette[mcp]'",
+            EXIT_USAGE,
         ) from exc
     settings = ctx.find_object(Settings)
     assert settings is not None
