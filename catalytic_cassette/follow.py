@@ -15,11 +15,16 @@ from .payloads import loads_object
 DEFAULT_POLL_SECONDS = 0.2
 BATCH = 1000  # entries per read statement: bounded memory, and each read ends quickly
 
-# seq is the journal's INTEGER PRIMARY KEY: a range read on the table itself.
-_AFTER = "SELECT seq, body, chain_hash FROM cassette_journal WHERE seq > ? ORDER BY seq LIMIT ?"
+# seq is the journal's INTEGER PRIMARY KEY: a range read on the table itself. The body is
+# read as bytes and decoded per entry, so a body edited to bytes that are not UTF-8 is
+# answered at its own seq, after every entry before it was printed.
+_AFTER = (
+    "SELECT seq, CAST(body AS BLOB), chain_hash FROM cassette_journal"
+    " WHERE seq > ? ORDER BY seq LIMIT ?"
+)
 
 
-def entry(seq: int, body: str, chain_hash: bytes) -> dict[str, Any]:
+def entry(seq: int, body: str | bytes, chain_hash: bytes) -> dict[str, Any]:
     """A journal entry as printed: its seq, what changed, and its chain hash.
 
     A body edited by hand (not JSON, too deep, fields of the wrong types) is
