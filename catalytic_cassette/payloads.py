@@ -14,6 +14,9 @@ MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 MAX_NAME_LENGTH = 200
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what a SQLite INTEGER holds
 DEFAULT_INTENT = "default"
+# orjson writes at most this many levels of arrays and objects (it reads 1024, the law's
+# limit for any connection: LAW 3 rule 12), so a value the API stores is always read back.
+MAX_WRITTEN_DEPTH = 254
 
 # An integer beyond 64 bits has at least 19 digits (INT64_MAX has 19): only text with such a
 # run pays for the token walk (LAW 3 rule 12's SQL prefilter looks for the same run).
@@ -33,6 +36,11 @@ def dumps(value: Any) -> str:
     try:
         encoded = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError as exc:
+        if str(exc) == "Recursion limit reached":
+            raise CassetteError(
+                ErrorCode.INVALID_PAYLOAD,
+                f"nested deeper than {MAX_WRITTEN_DEPTH} levels, the most the encoder writes",
+            ) from exc
         raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"not JSON-serialisable: {exc}") from exc
     if b"null" in encoded:
         refuse_non_finite(value)

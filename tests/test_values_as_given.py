@@ -5,6 +5,7 @@ double; the ledger is unchanged by the refusal (LAW 3 rule 12)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from catalytic_cassette import CassetteError, ErrorCode, MessageCassette
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.cli import cli
-from catalytic_cassette.payloads import dumps, loads, parse_json
+from catalytic_cassette.payloads import MAX_WRITTEN_DEPTH, dumps, loads, parse_json
 
 from .backends import Ledger
 from .conftest import action_dict, file_digest, unguarded, write_journal
@@ -190,24 +191,22 @@ def _as_action(document: str) -> str:
     return f'[{act}, {act[:-1]}, "result": {document}}}]'
 
 
-@pytest.mark.parametrize("command", ["post", "complete", "action", "checkpoint"])
-@pytest.mark.parametrize("via", ["stdin", "file"])
-def test_each_cli_input_refuses_a_wide_integer(
-    ledger: Ledger, tmp_path: Path, command: str, via: str
-) -> None:
-    text = _as_action(DOCUMENT) if command == "action" else DOCUMENT
-    args = _cli_inputs(tmp_path)[command]
+def test_each_cli_input_refuses_a_wide_integer(ledger: Ledger, tmp_path: Path) -> None:
+    """Each JSON option, from stdin and from a file."""
     before = file_digest(ledger.target)  # type: ignore[arg-type]
-    if via == "file":
+    for command, args in _cli_inputs(tmp_path).items():
+        text = _as_action(DOCUMENT) if command == "action" else DOCUMENT
         source = tmp_path / "input.json"
         source.write_text(text)
-        result = CliRunner().invoke(cli, ["--db", ledger.target, *args, str(source)])
-    else:
-        result = CliRunner().invoke(cli, ["--db", ledger.target, *args, "-"], input=text)
-    assert result.exit_code == 1, (result.stdout, result.stderr)
-    assert result.stdout == ""
-    assert result.stderr.startswith("error: INVALID_PAYLOAD: ")
-    assert "1180591620717411303424" in result.stderr and len(result.stderr.splitlines()) == 1
+        for result in (
+            CliRunner().invoke(cli, ["--db", ledger.target, *args, str(source)]),
+            CliRunner().invoke(cli, ["--db", ledger.target, *args, "-"], input=text),
+        ):
+            case = (command, result.exit_code, result.stdout, result.stderr)
+            assert result.exit_code == 1 and result.stdout == "", case
+            assert result.stderr.startswith("error: INVALID_PAYLOAD: "), case
+            assert "1180591620717411303424" in result.stderr, case
+            assert len(result.stderr.splitlines()) == 1, case
     assert file_digest(ledger.target) == before  # type: ignore[arg-type]
 
 
@@ -231,3 +230,51 @@ def test_copy_refuses_a_journal_holding_a_wide_integer(ledger: Ledger, tmp_path:
     assert result.exit_code == 1, (result.stdout, result.stderr)
     assert result.stderr.startswith("error: INVALID_PAYLOAD: "), result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def _nested(levels: int) -> str:
+    return '{"a":' + "[" * (levels - 1) + "]" * (levels - 1) + "}"
+
+
+# Text SQLite accepts as JSON (or that some parser would) and no reader gets back as given.
+UNSTORABLE_TEXT = {
+    "nan": '{"a": NaN}',
+    "infinity": '{"a": [Infinity]}',
+    "minus-infinity": '{"a": -Infinity}',
+    "overflow": '{"a": 1e400}',
+    "minus-overflow": '{"a": [-1e400]}',
+    "high-surrogate": '{"a": "\\ud800"}',
+    "low-surrogate-key": '{"\\udc00": 1}',
+    "deeper-than-1024": _nested(1025),
+    "deeper-than-the-encoder": _nested(MAX_WRITTEN_DEPTH + 1),
+}
+
+
+def test_each_value_no_reader_gets_back_is_refused_through_the_cli(ledger: Ledger) -> None:
+    """Through ``post --payload -`` on both backends: the same code as the law's."""
+    before = file_digest(ledger.target)  # type: ignore[arg-type]
+    for name, text in UNSTORABLE_TEXT.items():
+        result = CliRunner().invoke(
+            cli, ["--db", ledger.target, *_cli_inputs(Path())["post"], "-"], input=text
+        )
+        case = (name, result.exit_code, result.stdout, result.stderr)
+        assert result.exit_code == 1 and result.stdout == "", case
+        assert result.stderr.startswith("error: INVALID_PAYLOAD: "), case
+    assert file_digest(ledger.target) == before  # type: ignore[arg-type]
+
+
+def test_each_python_value_no_reader_gets_back_is_refused(ledger: Ledger) -> None:
+    values = {
+        "surrogate": {"a": "\ud800"},
+        "surrogate-key": {"\udc00": 1},
+        "nan": {"a": math.nan},
+        "infinity": {"a": [-math.inf]},
+        "too-deep": json.loads(_nested(MAX_WRITTEN_DEPTH + 1)),
+    }
+    before = file_digest(ledger.target)  # type: ignore[arg-type]
+    for name, value in values.items():
+        for call in _api_calls(ledger.target, ledger.clock, {"v": value}):
+            with pytest.raises(CassetteError) as refused:
+                call()
+            assert refused.value.code is ErrorCode.INVALID_PAYLOAD, (name, refused.value)
+    assert file_digest(ledger.target) == before  # type: ignore[arg-type]
