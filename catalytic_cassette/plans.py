@@ -138,7 +138,10 @@ def checkpoint_of(checkpoint_id: str, row: tuple[Any, ...] | None) -> dict[str, 
         raise CassetteError(
             ErrorCode.CHECKPOINT_MISMATCH, f"checkpoint {checkpoint_id} does not match its hash"
         )
-    stored = payloads.loads_object(row[2], f"the context of checkpoint {row[0]}")
+    what = f"the context of checkpoint {row[0]}"
+    stored = payloads.loads_object(row[2], what)
+    if "context" not in stored:  # a row and its id rewritten together by hand
+        raise CassetteError(ErrorCode.UNREADABLE_ROW, f"{what} holds no context")
     return {
         "checkpoint_id": row[0],
         "plan_id": row[1],

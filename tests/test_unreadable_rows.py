@@ -249,3 +249,18 @@ def test_what_the_api_stores_reads_back_with_no_answer(tmp_path: Path) -> None:
     assert len(result.stdout.splitlines()) == 3
     raw = sqlite3.connect(db).execute("SELECT payload_json FROM cassette_steps").fetchone()[0]
     assert "[" * 253 + "1" + "]" * 253 in raw and "9223372036854775807" in raw
+
+
+def test_a_checkpoint_rewritten_with_its_id_but_no_context_is_a_coded_answer(
+    ledger: dict[str, Any],
+) -> None:
+    from catalytic_cassette.plans import checkpoint_id_for
+
+    text = '{"plan_id":"p"}'
+    forged = checkpoint_id_for(text)
+    store(
+        ledger["backend"],
+        f"UPDATE cassette_checkpoints SET context_json = '{text}', checkpoint_id = '{forged}'",
+    )
+    coded(invoke(ledger["db"], "checkpoint", "show", forged))
+    coded(invoke(ledger["db"], "checkpoint", "latest", "--plan", "p"))
