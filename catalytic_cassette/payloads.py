@@ -21,6 +21,7 @@ MAX_WRITTEN_DEPTH = 254
 # An integer beyond 64 bits has at least 19 digits (INT64_MAX has 19): only text with such a
 # run pays for the token walk (LAW 3 rule 12's SQL prefilter looks for the same run).
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
 # In JSON that is already known to be valid, every token outside a string that starts with
 # a digit or "-" is a number; strings are skipped whole (an escaped quote included).
 _STRING_OR_NUMBER = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|-?[0-9][0-9.eE+-]*')
@@ -54,7 +55,7 @@ def dumps(value: Any) -> str:
 _WIDE = "the integer {} is beyond 64 bits (JSON holds it only as a rounded double)"
 
 
-def wide_integer(text: bytes) -> str | None:
+def wide_integer(text: bytes | str) -> str | None:
     """The first integer literal of valid JSON ``text`` outside the signed 64-bit range.
 
     Parsers disagree on such a number: orjson reads it as a rounded double (so
@@ -62,7 +63,11 @@ def wide_integer(text: bytes) -> str | None:
     exact int, SQLite as a double while typing it ``integer``, PostgreSQL's numeric
     exactly. The law refuses it (LAW 3 rule 12), so every reader sees the value as given.
     """
-    if _LONG_DIGITS.search(text) is None:
+    if isinstance(text, str):
+        if _LONG_DIGITS_TEXT.search(text) is None:
+            return None
+        text = text.encode("utf-8", "surrogatepass")
+    elif _LONG_DIGITS.search(text) is None:
         return None
     for token in _STRING_OR_NUMBER.finditer(text):
         literal = token.group()
@@ -129,7 +134,7 @@ def loads(text: Any, what: str = "a stored JSON value") -> Any:
         raise CassetteError(
             ErrorCode.UNREADABLE_ROW, f"{what} is not readable JSON: {exc}"
         ) from exc
-    wide = wide_integer(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
+    wide = wide_integer(text)
     if wide is not None:
         raise CassetteError(ErrorCode.UNREADABLE_ROW, f"{what}: " + _WIDE.format(wide))
     return value

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,12 @@ from hypothesis import strategies as st
 from catalytic_cassette import CassetteError, ErrorCode, MessageCassette
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.cli import cli
+from catalytic_cassette.errors import translate
 from catalytic_cassette.payloads import MAX_WRITTEN_DEPTH, dumps, loads, parse_json
 
 from .backends import Ledger
 from .conftest import action_dict, file_digest, unguarded, write_journal
+from .test_audit_attacks import look_alike
 
 pytestmark = pytest.mark.both_backends
 
@@ -278,3 +281,40 @@ def test_each_python_value_no_reader_gets_back_is_refused(ledger: Ledger) -> Non
                 call()
             assert refused.value.code is ErrorCode.INVALID_PAYLOAD, (name, refused.value)
     assert file_digest(ledger.target) == before  # type: ignore[arg-type]
+
+
+def _raw_message(ledger: Ledger, payload: str) -> ErrorCode | None:
+    """A message inserted by the strongest SQL client of each backend: on SQLite one with
+    the package's functions and TEMP triggers (it journals), on PostgreSQL the owner."""
+    insert = (
+        "INSERT INTO cassette_messages (run_id, source, payload_json{}) VALUES ('raw', 'USER', ?{})"
+    )
+    if ledger.postgresql:
+        return ledger.raw_sql(insert.format("", ""), payload)
+    conn = look_alike(Path(ledger.target), ledger.now_ms())
+    try:
+        conn.execute(insert.format(", created_at", ", ?"), (payload, ledger.now_ms()))
+    except sqlite3.Error as error:
+        return translate(error).code
+    finally:
+        conn.close()
+    return None
+
+
+def test_the_law_refuses_the_same_text_for_any_connection(ledger: Ledger) -> None:
+    """What the API refuses as text, the SQL refuses from a raw connection with the same
+    code (SQLite: a client with the package's functions; PostgreSQL: the owner), except a
+    nesting the law reads but the encoder does not write."""
+    texts = {
+        **UNSTORABLE_TEXT,
+        "wide": '{"a": [1, {"b": 1180591620717411303424}]}',
+        "wide-unsigned": '{"a": 18446744073709551615}',
+        "wide-negative": '{"a": -9223372036854775809}',
+    }
+    for name, text in texts.items():
+        refused = _raw_message(ledger, text)
+        if name == "deeper-than-the-encoder":
+            assert refused is None
+        else:
+            assert refused is ErrorCode.INVALID_PAYLOAD, (name, refused)
+    assert ledger.count("cassette_messages", "run_id = 'raw'") == 1
