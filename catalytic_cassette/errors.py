@@ -144,8 +144,11 @@ def translate(exc: sqlite3.Error) -> CassetteError:
         return CassetteError(
             _CODES[check.group(1)], f"refused by CHECK constraint {check.group(1)}"
         )
+    # Stored rows edited by hand: inputs are checked before any SQL reads them as JSON.
     if text.startswith("Could not decode to UTF-8"):  # a text column edited to bytes
         return CassetteError(ErrorCode.UNREADABLE_ROW, f"a stored text is not UTF-8 ({text})")
+    if text == "malformed JSON":  # a JSON column edited to text SQLite cannot read
+        return CassetteError(ErrorCode.UNREADABLE_ROW, "a stored JSON text is malformed")
     name = getattr(exc, "sqlite_errorname", "")
     if name.startswith("SQLITE_BUSY") or name.startswith("SQLITE_LOCKED"):
         return CassetteError(ErrorCode.BUSY, f"the database is locked ({text})")
