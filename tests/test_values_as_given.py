@@ -145,6 +145,7 @@ def _api_calls(target: str, clock: Any, value: dict[str, Any]) -> list[Any]:
         lambda: chain_call("append_action", {**act, "metadata": value}),
         lambda: chain_call("append_actions", [act, {**act, "result": [value]}]),
         lambda: chain_call("save_checkpoint", "p", value),
+        lambda: chain_call("pause", "p", value),
     ]
 
 
