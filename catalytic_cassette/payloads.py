@@ -19,9 +19,11 @@ DEFAULT_INTENT = "default"
 MAX_WRITTEN_DEPTH = 254
 
 # An integer beyond 64 bits has at least 19 digits (INT64_MAX has 19): only text with such a
-# run pays for the token walk (LAW 3 rule 12's SQL prefilter looks for the same run).
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
+# run pays for the token walk (LAW 3 rule 12's SQL prefilter looks for the same run). The
+# run is found at C speed: every digit becomes "0", every other byte ".", then a substring
+# search (a regular expression costs several times more on every write).
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x2E for byte in range(256))
+_LONG_RUN = b"0" * 19
 # In JSON that is already known to be valid, every token outside a string that starts with
 # a digit or "-" is a number; strings are skipped whole (an escaped quote included).
 _STRING_OR_NUMBER = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|-?[0-9][0-9.eE+-]*')
@@ -64,10 +66,8 @@ def wide_integer(text: bytes | str) -> str | None:
     exactly. The law refuses it (LAW 3 rule 12), so every reader sees the value as given.
     """
     if isinstance(text, str):
-        if _LONG_DIGITS_TEXT.search(text) is None:
-            return None
         text = text.encode("utf-8", "surrogatepass")
-    elif _LONG_DIGITS.search(text) is None:
+    if _LONG_RUN not in text.translate(_DIGITS_AS_ZEROS):
         return None
     for token in _STRING_OR_NUMBER.finditer(text):
         literal = token.group()
