@@ -243,16 +243,21 @@ def cost_micros(cost: float) -> int:
 def from_row(row: tuple[Any, ...], load_artifact: Any) -> Action:
     """Decode a row in COLUMNS order; ``load_artifact(ref_json)`` returns the stored value."""
     values = dict(zip(COLUMNS, row, strict=True))
+    what = f"action {values['action_id']}"
     if values["arguments_artifact"] is not None:
         arguments = load_artifact(values["arguments_artifact"])
+    elif values["arguments_json"] is not None:
+        arguments = payloads.loads(values["arguments_json"], f"the arguments of {what}")
     else:
-        arguments = (
-            None if values["arguments_json"] is None else payloads.loads(values["arguments_json"])
-        )
+        arguments = None
+    if arguments is not None and not isinstance(arguments, list):  # edited by hand
+        raise CassetteError(ErrorCode.UNREADABLE_ROW, f"the arguments of {what} are not an array")
     if values["result_artifact"] is not None:
         result = load_artifact(values["result_artifact"])
+    elif values["result_json"] is not None:
+        result = payloads.loads(values["result_json"], f"the result of {what}")
     else:
-        result = None if values["result_json"] is None else payloads.loads(values["result_json"])
+        result = None
     return Action(
         action_seq=values["action_seq"],
         action_id=values["action_id"],
@@ -269,7 +274,7 @@ def from_row(row: tuple[Any, ...], load_artifact: Any) -> Action:
         cost=values["cost_micros"] / COST_SCALE,
         duration_ms=values["duration_ms"],
         timestamp=values["timestamp"],
-        metadata=payloads.loads(values["metadata_json"]),
+        metadata=payloads.loads_object(values["metadata_json"], f"the metadata of {what}"),
         caused_by=values["caused_by"],
         rationale=values["rationale"],
         category=values["category"],

@@ -126,8 +126,8 @@ class ArtifactStore:
 
     def get(self, ref_json: str) -> Any:
         """The JSON value an artifact reference points to, checked against its hash."""
-        ref: dict[str, Any] = payloads.loads(ref_json)
-        return payloads.loads(self.read_checked(ref).decode("utf-8"))
+        ref = payloads.loads_object(ref_json, "an artifact reference")
+        return payloads.loads(self.read_checked(ref), f"artifact {ref.get('sha256')}")
 
     def read_checked(self, ref: dict[str, Any]) -> bytes:
         name, size = file_name(ref)

@@ -79,6 +79,7 @@ class ErrorCode(str, Enum):
     OUT_OF_ORDER = "OUT_OF_ORDER"
     JOURNAL_REQUIRED = "JOURNAL_REQUIRED"
     JOURNAL_BROKEN = "JOURNAL_BROKEN"
+    UNREADABLE_ROW = "UNREADABLE_ROW"  # a stored row or journal body a reader cannot decode
     TREE_BROKEN = "TREE_BROKEN"
     INVALID_SEAL = "INVALID_SEAL"
     SEAL_MISMATCH = "SEAL_MISMATCH"
@@ -144,6 +145,11 @@ def translate(exc: sqlite3.Error) -> CassetteError:
         return CassetteError(
             _CODES[check.group(1)], f"refused by CHECK constraint {check.group(1)}"
         )
+    # Stored rows edited by hand: inputs are checked before any SQL reads them as JSON.
+    if text.startswith("Could not decode to UTF-8"):  # a text column edited to bytes
+        return CassetteError(ErrorCode.UNREADABLE_ROW, f"a stored text is not UTF-8 ({text})")
+    if text == "malformed JSON":  # a JSON column edited to text SQLite cannot read
+        return CassetteError(ErrorCode.UNREADABLE_ROW, "a stored JSON text is malformed")
     name = getattr(exc, "sqlite_errorname", "")
     if name.startswith("SQLITE_BUSY") or name.startswith("SQLITE_LOCKED"):
         return CassetteError(ErrorCode.BUSY, f"the database is locked ({text})")

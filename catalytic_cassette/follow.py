@@ -9,26 +9,46 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import orjson
-
 from .errors import CassetteError, ErrorCode, translate
+from .payloads import loads_object
 
 DEFAULT_POLL_SECONDS = 0.2
 BATCH = 1000  # entries per read statement: bounded memory, and each read ends quickly
 
-# seq is the journal's INTEGER PRIMARY KEY: a range read on the table itself.
-_AFTER = "SELECT seq, body, chain_hash FROM cassette_journal WHERE seq > ? ORDER BY seq LIMIT ?"
+# seq is the journal's INTEGER PRIMARY KEY: a range read on the table itself. The body is
+# read as bytes and decoded per entry, so a body edited to bytes that are not UTF-8 is
+# answered at its own seq, after every entry before it was printed.
+_AFTER = (
+    "SELECT seq, CAST(body AS BLOB), chain_hash FROM cassette_journal"
+    " WHERE seq > ? ORDER BY seq LIMIT ?"
+)
 
 
-def entry(seq: int, body: str, chain_hash: bytes) -> dict[str, Any]:
-    """A journal entry as printed: its seq, what changed, and its chain hash."""
-    parsed = orjson.loads(body)
+def entry(seq: int, body: str | bytes, chain_hash: bytes) -> dict[str, Any]:
+    """A journal entry as printed: its seq, what changed, and its chain hash.
+
+    A body edited by hand (not JSON, too deep, fields of the wrong types) is
+    ``UNREADABLE_ROW`` naming its seq; verify reports the same entry as a finding."""
+    what = f"the journal body at seq {seq}"
+    parsed = loads_object(body, what)
+    table, op, key, row = (parsed.get(field) for field in ("table", "op", "key", "row"))
+    if (
+        not isinstance(table, str)
+        or not isinstance(op, str)
+        or isinstance(key, bool)
+        or not isinstance(key, (int, str))
+        or not isinstance(row, dict)
+    ):
+        raise CassetteError(
+            ErrorCode.UNREADABLE_ROW,
+            f"{what} is not a journal entry (a table, an op, a key and a row)",
+        )
     return {
         "seq": seq,
-        "table": parsed["table"],
-        "op": parsed["op"],
-        "key": parsed["key"],
-        "row": parsed["row"],
+        "table": table,
+        "op": op,
+        "key": key,
+        "row": row,
         "chain_hash": bytes(chain_hash).hex(),
     }
 

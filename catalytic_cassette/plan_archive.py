@@ -7,10 +7,9 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-import orjson
-
 from .errors import CassetteError, ErrorCode
 from .hashing import sha256_hex
+from .payloads import loads_object
 
 
 def with_plan_hash(action_type: str, metadata: dict[str, Any]) -> dict[str, Any]:
@@ -37,7 +36,7 @@ def body_of(plan_id: str, row: tuple[Any, ...] | None) -> dict[str, Any]:
     the plan has not started; its hash checked."""
     if row is None:
         raise CassetteError(ErrorCode.NOT_FOUND, f"plan {plan_id} has not started")
-    metadata = orjson.loads(row[1])
+    metadata = loads_object(row[1], f"the metadata of action {row[0]}")
     body = metadata.get("plan_body")
     if not isinstance(body, str):
         raise CassetteError(ErrorCode.NOT_FOUND, f"plan {plan_id} carries no plan body")

@@ -81,7 +81,7 @@ def plan_status_of(
     (count, cost_micros, duration_ms)."""
     steps = []
     for action_id, function_name, metadata_json, retries, outcome in step_rows:
-        policy = payloads.loads(metadata_json)
+        policy = payloads.loads_object(metadata_json, f"the metadata of action {action_id}")
         steps.append(
             {
                 "action_id": action_id,
@@ -90,7 +90,7 @@ def plan_status_of(
                     outcome, "running"
                 ),
                 "retries": retries,
-                "max_retries": (policy.get("retries") or {}).get("max", 0),
+                "max_retries": _max_retries(policy.get("retries")),
                 "timeout_ms": policy.get("timeout_ms"),
                 "on_fail": policy.get("on_fail"),
             }
@@ -138,7 +138,10 @@ def checkpoint_of(checkpoint_id: str, row: tuple[Any, ...] | None) -> dict[str, 
         raise CassetteError(
             ErrorCode.CHECKPOINT_MISMATCH, f"checkpoint {checkpoint_id} does not match its hash"
         )
-    stored = payloads.loads(row[2])
+    what = f"the context of checkpoint {row[0]}"
+    stored = payloads.loads_object(row[2], what)
+    if "context" not in stored:  # a row and its id rewritten together by hand
+        raise CassetteError(ErrorCode.UNREADABLE_ROW, f"{what} holds no context")
     return {
         "checkpoint_id": row[0],
         "plan_id": row[1],
@@ -164,3 +167,8 @@ def latest_checkpoint_id(conn: sqlite3.Connection, plan_id: str) -> str | None:
         (plan_id,),
     ).fetchone()
     return None if row is None else str(row[0])
+
+
+def _max_retries(retries: Any) -> Any:
+    """A step's ``retries.max`` as stored (the SQL checks its shape on insert)."""
+    return retries.get("max", 0) if isinstance(retries, dict) else 0

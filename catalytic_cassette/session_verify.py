@@ -28,6 +28,7 @@ from .connection import connect_readonly, read_transaction
 from .errors import CassetteError, ErrorCode
 from .hashing import ZERO_HASH, chain_hash, leaf_hash, sha256_hex
 from .migrate import current_version, schema_version
+from .payloads import loads_object
 from .reasoning import Fetch, sqlite_fetch
 
 if TYPE_CHECKING:
@@ -242,7 +243,11 @@ def _check_cause(fetch: Fetch, report: SessionReport, row: dict[str, Any]) -> No
 
 
 def _check_plan_hash(report: SessionReport, row: dict[str, Any]) -> None:
-    metadata = orjson.loads(row["metadata_json"])
+    try:
+        metadata = loads_object(row["metadata_json"], "the metadata")
+    except CassetteError as error:  # edited by hand
+        report.add("corrupt", row["action_id"], error.message)
+        return
     body = metadata.get("plan_body")
     if isinstance(body, str) and metadata.get("plan_hash") != sha256_hex(body):
         report.add("plan_hash", row["action_id"], "plan_hash is not the SHA-256 of plan_body")

@@ -12,6 +12,7 @@ import orjson
 
 from . import safe_files
 from .errors import CassetteError, ErrorCode
+from .payloads import loads_object
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -116,7 +117,7 @@ def canonical_bytes(row: dict[str, Any]) -> bytes:
     rows) does not change what an older signature covered.
     """
     body = {k: v for k, v in row.items() if k != "action_seq" and v is not None}
-    metadata = orjson.loads(body.pop("metadata_json"))
+    metadata = loads_object(body.pop("metadata_json"), "the metadata of an action")
     for name in SIGNATURE_FIELDS:
         metadata.pop(name, None)
     body["metadata"] = metadata
@@ -132,7 +133,10 @@ def check(public: Ed25519PublicKey, row: dict[str, Any]) -> str | None:
     """None when the row carries a valid signature by this key, else the problem's kind."""
     from cryptography.exceptions import InvalidSignature
 
-    metadata = orjson.loads(row["metadata_json"])
+    try:
+        metadata = loads_object(row["metadata_json"], "the metadata of an action")
+    except CassetteError:  # edited by hand: no signature can hold over it
+        return "bad_signature"
     signature, signer = metadata.get("signature"), metadata.get("key_id")
     if signature is None:
         return "unsigned_action"

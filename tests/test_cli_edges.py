@@ -342,12 +342,12 @@ class TestForgedText:
                 (ledger["call"],),
             )
         before = file_digest(ledger["db"])
-        answered(invoke(ledger["db"], "actions", "-t"), "DATABASE_ERROR", 1)
+        answered(invoke(ledger["db"], "actions", "-t"), "UNREADABLE_ROW", 1)
         # Streamed: the rows before the forged one are out already; then one coded line.
         streamed = invoke(ledger["db"], "actions", "--nl")
         assert streamed.exit_code == 1 and len(streamed.stdout.splitlines()) == 2
         assert CODE_LINE.match(streamed.stderr.strip()) is not None
-        assert "DATABASE_ERROR" in streamed.stderr
+        assert "UNREADABLE_ROW" in streamed.stderr
         assert file_digest(ledger["db"]) == before
 
 

@@ -464,7 +464,7 @@ def _latest_checkpoint_id(conn: psycopg.Connection[Any], plan_id: str) -> str | 
     """The checkpoint of the plan's last pause, else the plan's newest checkpoint
     (``plans.latest_checkpoint_id``); the pauses' metadata is read here, not by the server."""
     for (metadata_json,) in conn.execute(query("plan_pauses"), {"plan_id": plan_id}):
-        found = payloads.loads(metadata_json).get("checkpoint_id")
+        found = payloads.loads_object(metadata_json, "the metadata of a pause").get("checkpoint_id")
         if found is not None:
             return str(found)
     row = conn.execute(query("plan_newest_checkpoint"), {"plan_id": plan_id}).fetchone()

@@ -14,6 +14,7 @@ _DETAILS = {"artifact_missing": "is missing", "artifact_altered": "was altered"}
 
 def check_artifacts(conn: sqlite3.Connection, out: Collector, artifact_root: Path) -> None:
     from ..artifacts import check_file
+    from ..errors import CassetteError
     from ..payloads import loads
     from ..safe_files import lexists, open_directory
 
@@ -31,7 +32,7 @@ def check_artifacts(conn: sqlite3.Connection, out: Collector, artifact_root: Pat
                     continue
                 try:
                     ref = loads(ref_json)
-                except ValueError:  # stored by a client the API could not have been
+                except CassetteError:  # stored by a client the API could not have been
                     ref = None
                 problem = (
                     "artifact_missing"
