@@ -10,6 +10,7 @@ _COMMANDS_OF = {
         *("init", "post", "claim", "complete", "requeue", "status"),
         *("verify", "migrate", "demo", "copy"),
     ),
+    "batch": ("batch",),
     "chain_commands": ("action", "actions", "children", "keygen", "parent"),
     "reasoning_commands": ("chain", "checkpoint", "plan", "resume", "stats", "tree", "why"),
     "anchor_commands": ("backup", "prove", "restore", "seal", "verify-proof"),

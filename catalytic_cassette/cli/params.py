@@ -26,7 +26,7 @@ class OutputPath(click.Path):
         text = str(value)
         if self.database_ok and text.startswith(("postgresql://", "postgres://")):
             return text  # a ledger in a database: the open checks it
-        from pathlib import Path  # only here: a command's own import cost
+        from pathlib import Path  # (here, not at import: every command imports this module)
 
         target = Path(text)
         wants_dir = text.endswith(("/", "\\")) or target.is_dir()
