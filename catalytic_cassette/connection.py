@@ -65,7 +65,8 @@ def _check_file(path: str) -> None:
             "this command does not take a PostgreSQL ledger yet (docs: README, PostgreSQL)",
         )
     # (os.path, not pathlib, here and below: pathlib's import would cost every open)
-    target = path.rstrip("/") or "/"  # as pathlib reads it: "dir/" names dir
+    # as pathlib reads it: "dir/" names dir, "" the current directory
+    target = path.rstrip("/") or ("/" if path else ".")
     parent = os.path.dirname(target) or "."
     if not os.path.isdir(parent):
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {parent}")
