@@ -13,12 +13,12 @@ from .connection import DEFAULT_BUSY_TIMEOUT_MS
 from .errors import CassetteError, ErrorCode, translate
 from .lease_limits import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS
 from .ledger import LedgerFile
-from .worker_keys import PinnedKey, WorkerKey, attest, sha256_text
 
 if TYPE_CHECKING:
     from .clock import Clock
     from .seals import AutoSeal
     from .verify import VerifyReport
+    from .worker_keys import PinnedKey, WorkerKey  # (imported by the signed acts only)
 
 SOURCES = ("USER", "PLANNER", "SYSTEM", "WORKER")
 OUTCOMES = ("SUCCESS", "FAILURE", "ABORTED")
@@ -284,6 +284,8 @@ class MessageCassette(LedgerFile):
             next_id = conn.execute(
                 "SELECT coalesce(max(message_id), 0) + 1 FROM cassette_messages"
             ).fetchone()[0]
+            from .worker_keys import attest, sha256_text
+
             attest(
                 conn,
                 self.worker_key,
@@ -373,6 +375,8 @@ class MessageCassette(LedgerFile):
         if row is None:
             return None
         if signer is not None:  # the attestation names the lease before it exists
+            from .worker_keys import attest
+
             attest(
                 conn,
                 signer,
@@ -465,6 +469,8 @@ class MessageCassette(LedgerFile):
     def _insert_receipt(self, conn: sqlite3.Connection, item: _Completion, now: int) -> int:
         run_id, step_id, worker_id, token, outcome, receipt = item
         if self.worker_key is not None:
+            from .worker_keys import attest, sha256_text
+
             attest(
                 conn,
                 self.worker_key,
@@ -530,6 +536,8 @@ class MessageCassette(LedgerFile):
             done = []
             for sid, job_id, owner, token in rows:
                 if self.worker_key is not None:  # whoever requeues signs it, after expiry
+                    from .worker_keys import attest
+
                     attest(
                         conn,
                         self.worker_key,
@@ -588,6 +596,8 @@ class MessageCassette(LedgerFile):
         with self.write() as conn:
             now = self.ledger_now(conn)
             if signer is not None:
+                from .worker_keys import attest
+
                 attest(
                     conn,
                     signer,

@@ -7,7 +7,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -15,7 +14,6 @@ from . import safe_files, sqlfiles
 from .clock import Clock, SystemClock
 from .errors import CassetteError, ErrorCode, translate
 from .hashing import sha256_hex, sql_functions
-from .merkle import SubtreeHash
 from .migrate import apply_pending, current_version, schema_version
 from .postgresql import is_postgres_url
 
@@ -66,10 +64,13 @@ def _check_file(path: str) -> None:
             ErrorCode.BACKEND_UNSUPPORTED,
             "this command does not take a PostgreSQL ledger yet (docs: README, PostgreSQL)",
         )
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {target.parent}")
-    if target.is_dir():
+    # (os.path, not pathlib, here and below: pathlib's import would cost every open)
+    # as pathlib reads it: "dir/" names dir, "" the current directory
+    target = path.rstrip("/") or ("/" if path else ".")
+    parent = os.path.dirname(target) or "."
+    if not os.path.isdir(parent):
+        raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {parent}")
+    if os.path.isdir(target):
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"is a directory: {target}")
     if safe_files.lexists(target):
         # SQLite follows a link to the ledger itself, so the header check does too; a
@@ -83,8 +84,8 @@ def _check_file(path: str) -> None:
                 raise safe_files.refusal(exc, path, "ledger") from exc
         if header and header != SQLITE_HEADER:
             raise CassetteError(ErrorCode.NOT_A_CASSETTE, f"not a SQLite database: {target}")
-    elif not os.access(target.parent, os.W_OK):
-        raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory is not writable: {target.parent}")
+    elif not os.access(parent, os.W_OK):
+        raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory is not writable: {parent}")
 
 
 class TransactionTime:
@@ -140,6 +141,16 @@ def _bad_parameter(exc: Exception) -> Exception:
     return CassetteError(ErrorCode.INVALID_ARGUMENT, f"an argument has an unsupported type: {exc}")
 
 
+class _SubtreeHash:
+    """``merkle.SubtreeHash``, whose module is imported when SQL first calls the
+    aggregate (a seal guard), not by every connection."""
+
+    def __new__(cls) -> Any:
+        from .merkle import SubtreeHash
+
+        return SubtreeHash()
+
+
 def register_functions(conn: sqlite3.Connection, clock: Clock) -> None:
     conn.create_function("cassette_now_ms", 0, clock.now_ms)
     pinned = TransactionTime(clock)
@@ -149,8 +160,7 @@ def register_functions(conn: sqlite3.Connection, clock: Clock) -> None:
     for name, (arity, function) in sql_functions().items():
         conn.create_function(name, arity, function, deterministic=True)
     conn.create_function("cassette_sha256_hex", 1, sha256_hex, deterministic=True)
-    # (typeshed's protocol knows one-argument aggregates only)
-    conn.create_aggregate("cassette_subtree_hash", 2, SubtreeHash)  # type: ignore[arg-type]
+    conn.create_aggregate("cassette_subtree_hash", 2, _SubtreeHash)
 
 
 def connect(
@@ -264,10 +274,10 @@ def connect_readonly(
     """
     path = os.fspath(path)
     _check_file(path)
-    if not Path(path).exists():
+    if not os.path.exists(path):
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"no such file: {path}")
     timeout = DEFAULT_BUSY_TIMEOUT_MS if busy_timeout_ms is None else busy_timeout_ms
-    uri = Path(path).resolve().as_uri()
+    uri = _file_uri(os.path.realpath(path))
     conn = _open_readonly(uri + "?mode=ro", any_thread, timeout)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
@@ -282,6 +292,16 @@ def connect_readonly(
             raise error from exc
         return _open_readonly(uri + "?mode=ro&immutable=1", any_thread, timeout)
     return conn
+
+
+_URI_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~/")
+
+
+def _file_uri(absolute: str) -> str:
+    """``pathlib.Path(absolute).as_uri()``: file:// and the path's bytes, each one
+    percent-encoded but the unreserved ones and "/" (as urllib's quote_from_bytes)."""
+    encoded = os.fsencode(absolute)
+    return "file://" + "".join(chr(b) if b in _URI_SAFE else f"%{b:02X}" for b in encoded)
 
 
 def _open_readonly(uri: str, any_thread: bool, timeout_ms: int) -> sqlite3.Connection:
@@ -338,7 +358,7 @@ def _only_the_directory_is_read_only(path: str, exc: sqlite3.Error) -> bool:
     return (
         name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN"))
         and not os.path.lexists(path + "-wal")
-        and not os.access(Path(path).resolve().parent, os.W_OK)
+        and not os.access(os.path.dirname(os.path.realpath(path)), os.W_OK)
     )
 
 

@@ -121,14 +121,16 @@ class CassetteError(Exception):
         return {"code": self.code.value, "message": self.message, **self.detail}
 
 
-_RAISED = re.compile(r"^([A-Z][A-Z_]+): (.*)$", re.DOTALL)
-_CHECK = re.compile(r"^CHECK constraint failed: ([A-Z][A-Z_]+)")
+# Patterns, not compiled here: re compiles them (once) when a refusal first needs them,
+# so a command that is never refused never pays for it.
+_RAISED = r"^([A-Z][A-Z_]+): (.*)$"
+_CHECK = r"^CHECK constraint failed: ([A-Z][A-Z_]+)"
 _CODES = {code.value: code for code in ErrorCode}
 
 
 def code_of(text: str) -> tuple[ErrorCode, str] | None:
     """The code and message of a refusal the ledger's SQL raised as 'CODE: text'."""
-    raised = _RAISED.match(text)
+    raised = re.match(_RAISED, text, re.DOTALL)
     if raised and raised.group(1) in _CODES:
         return _CODES[raised.group(1)], raised.group(2)
     return None
@@ -140,7 +142,7 @@ def translate(exc: sqlite3.Error) -> CassetteError:
     coded = code_of(text)
     if coded is not None:
         return CassetteError(*coded)
-    check = _CHECK.match(text)
+    check = re.match(_CHECK, text)
     if check and check.group(1) in _CODES:
         return CassetteError(
             _CODES[check.group(1)], f"refused by CHECK constraint {check.group(1)}"

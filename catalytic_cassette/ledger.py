@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sqlite3
 from contextlib import AbstractContextManager
-from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,6 +22,7 @@ from .postgresql import is_postgres_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from pathlib import Path
 from typing import BinaryIO
 
 from .errors import CassetteError, ErrorCode
@@ -251,6 +249,8 @@ def write_new(
     anything has that name (unless ``replace``: then renamed over it; a link there is
     replaced, not followed). Keys are created mode 0600, the rest 0644 (less the umask).
     """
+    from pathlib import Path  # (not at import: every ledger open imports this module)
+
     target = Path(path)
     with open_directory(target.parent, what="directory", follow=True) as dir_fd:
         write_new_at(
@@ -286,7 +286,7 @@ def write_new_at(
 def _write_temporary(
     dir_fd: int, name: str, data: bytes, what: str, private: bool, label: PathLike
 ) -> str:
-    temp = f".{name}.{secrets.token_hex(8)}.partial"
+    temp = f".{name}.{os.urandom(8).hex()}.partial"  # secrets.token_hex's own source
     mode = PRIVATE_MODE if private else PUBLIC_MODE
     try:
         fd = os.open(temp, _CREATE_FLAGS, mode, dir_fd=dir_fd)

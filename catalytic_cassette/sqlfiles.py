@@ -8,21 +8,22 @@ fast.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 from functools import cache
-from pathlib import Path
 from typing import NamedTuple
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
-SQLITE_SQL = Path(__file__).resolve().parent / "sql" / "sqlite"
+# (os.path, not pathlib: every ledger open reads here, and pathlib costs its import)
+SQLITE_SQL = os.path.join(os.path.dirname(os.path.realpath(__file__)), "sql", "sqlite")
 
 
-def _folder(name: str) -> Path:
-    folder = SQLITE_SQL / name
-    if not folder.is_dir():
+def _folder(name: str) -> str:
+    folder = os.path.join(SQLITE_SQL, name)
+    if not os.path.isdir(folder):
         raise FileNotFoundError(f"catalytic_cassette: SQL folder {name!r} is not installed")
     return folder
 
@@ -36,10 +37,11 @@ class Migration(NamedTuple):
 @cache
 def migrations() -> tuple[Migration, ...]:
     found = []
-    for entry in _folder("migrations").iterdir():
-        match = _MIGRATION_NAME.match(entry.name)
+    folder = _folder("migrations")
+    for name in os.listdir(folder):
+        match = _MIGRATION_NAME.match(name)
         if match:
-            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text("utf-8")))
+            found.append(Migration(int(match.group(1)), match.group(2), _read(folder, name)))
     found.sort(key=lambda m: m.version)
     for expected, migration in enumerate(found, start=1):
         if migration.version != expected:
@@ -49,8 +51,12 @@ def migrations() -> tuple[Migration, ...]:
 
 @cache
 def schema_sql(name: str) -> str:
-    text: str = _folder("schema").joinpath(name).read_text("utf-8")
-    return text
+    return _read(_folder("schema"), name)
+
+
+def _read(folder: str, name: str) -> str:
+    with open(os.path.join(folder, name), encoding="utf-8") as handle:
+        return handle.read()
 
 
 def statements(script: str) -> list[str]:
@@ -59,6 +65,10 @@ def statements(script: str) -> list[str]:
     current: list[str] = []
     for line in script.splitlines(keepends=True):
         current.append(line)
+        # A statement can only end on a line holding its ";" (or closing a comment after
+        # it): the other lines are not checked, which makes splitting linear, not square.
+        if ";" not in line and "*/" not in line:
+            continue
         candidate = "".join(current)
         if sqlite3.complete_statement(candidate):
             text = candidate.strip()

@@ -143,6 +143,7 @@ WRITE_COMMANDS = {
     ("backup",),
     ("restore",),
     ("copy",),
+    ("batch",),
     # neither writes a ledger; they are not run as reads above (a server, an offline check)
     ("mcp",),
     ("verify-bundle",),
@@ -169,6 +170,7 @@ _REQUIRED_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
         "SUCCESS",
     ),
     ("requeue",): ("--run-id", "r"),
+    ("batch",): ("--input", "-"),
     ("action", "append"): ("--actions", "-"),
     ("keygen",): ("--out", "{tmp}/new"),
     ("checkpoint", "save"): ("--plan", "p", "--context", "-"),
@@ -260,6 +262,7 @@ class TestAdapter:
     def test_every_command_module_registers_its_commands_explicitly(self) -> None:
         from catalytic_cassette.cli import (
             anchor_commands,
+            batch,
             chain_commands,
             commands,
             live_commands,
@@ -273,6 +276,7 @@ class TestAdapter:
             reasoning_commands,
             anchor_commands,
             live_commands,
+            batch,
         ):
             module.register(group)
         assert sorted(group.commands) == sorted(cli.commands)

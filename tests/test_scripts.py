@@ -84,6 +84,21 @@ def test_bench_cli_output_quick_run_reports_every_workload() -> None:
 
 
 @pytest.mark.slow
+def test_bench_cli_quick_run_pairs_every_command_and_the_batch() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_cli.py"), "--quick"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    for command in ("--help", "status", "post", "claim", "complete"):
+        assert f"\n{command} " in out, out
+    for expected in ("CLI per call: 3 paired rounds", "batch: 60 operations", "an empty batch"):
+        assert expected in out, out
+
+
+@pytest.mark.slow
 def test_bench_levers_quick_run_reports_every_variant_and_statement() -> None:
     script = str(ROOT / "scripts" / "bench_levers.py")
     variants = "base,ckpt:1000,drop:cassette_journal_grow_tree,droptemp:cassette_steps_clock_guard"

@@ -7,7 +7,6 @@ Commands never pick an exit status for an error; they raise, and this module map
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import sys
@@ -15,10 +14,8 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 import click
-import orjson
 
-from ..errors import CassetteError, ErrorCode, translate
-from ..terminal import printable
+# (errors, terminal and orjson are imported where used: `cassette --help` needs none)
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -42,11 +39,15 @@ class Refusal(click.ClickException):
         vars(self)["exit_code"] = exit_code
 
     def show(self, file: IO[Any] | None = None) -> None:
+        from ..terminal import printable
+
         click.echo(f"error: {self.code}: {printable(self.message)}", err=True)
 
 
 def refusal(exc: BaseException, command: str | None) -> Refusal | None:
     """The coded answer for an exception, or None when it is not ours to map."""
+    from ..errors import CassetteError, ErrorCode, translate
+
     verifying = command in VERIFYING_COMMANDS
     refused = EXIT_CANNOT_VERIFY if verifying else EXIT_REFUSED
     if isinstance(exc, Refusal):
@@ -137,11 +138,15 @@ class CassetteGroup(click.Group):
 
 def emit(value: Any) -> None:
     """Write one JSON document to stdout."""
+    import orjson
+
     try:
         text = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode("utf-8")
     except TypeError:
         # A path from the command line with undecodable bytes (a lone surrogate): orjson
         # refuses it; the standard encoder writes it as a JSON escape, "\udcff".
+        import json
+
         text = json.dumps(value, indent=2, ensure_ascii=True)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()

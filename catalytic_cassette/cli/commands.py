@@ -5,15 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import click
 
 from ..lease_limits import DEFAULT_TTL_SECONDS
-from ..terminal import printable
 from .boundary import EXIT_CANNOT_VERIFY, CassetteGroup, emit
-from .output import progress_bar
 from .params import EXISTING_DIR, INPUT_FILE, INPUT_FILE_OR_DIR
 
 if TYPE_CHECKING:
@@ -394,6 +391,9 @@ def verify(
     the ledger is also checked against every seal (--public-key and --origin pin who
     signed them and which ledger they name; neither is ever taken from the ledger).
     """
+    from pathlib import Path
+
+    from ..terminal import printable
     from ..verify import Level, verify_path
 
     settings = ctx.find_object(Settings)
@@ -487,6 +487,7 @@ def _progress(db: str) -> Iterator[Callable[[int], None] | None]:
     """A progress bar on stderr when it is a terminal and the journal is long."""
     from ..postgresql import is_postgres_url
     from ..tree import journal_size
+    from .output import progress_bar
 
     # (a PostgreSQL ledger's length is not read before its snapshot: no bar)
     total = journal_size(db) if sys.stderr.isatty() and not is_postgres_url(db) else 0

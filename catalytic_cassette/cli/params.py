@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -27,6 +26,8 @@ class OutputPath(click.Path):
         text = str(value)
         if self.database_ok and text.startswith(("postgresql://", "postgres://")):
             return text  # a ledger in a database: the open checks it
+        from pathlib import Path  # (here, not at import: every command imports this module)
+
         target = Path(text)
         wants_dir = text.endswith(("/", "\\")) or target.is_dir()
         if wants_dir and not self.dir_okay:

@@ -1,0 +1,181 @@
+"""What a `cassette` process imports: each command pays for its own modules only.
+
+Start-up is most of what a short command costs (docs/BENCHMARKS.md, "CLI start-up per
+call"); these tests fail when an import at module level pulls one of the measured costs
+back onto a path that does not use it. Each runs a fresh interpreter and reads its
+``sys.modules`` at exit.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from catalytic_cassette import MessageCassette
+from catalytic_cassette.cli import COMMAND_MODULES
+
+# Never needed to import the CLI or to run its hot commands: third-party packages of
+# other commands or extras, the package's sealing, verifying and signing, and the
+# standard modules that measured at a millisecond or more of start-up.
+HEAVY = (
+    "cryptography",
+    "psycopg",
+    "psycopg_pool",
+    "mcp",
+    "hypothesis",
+    "catalytic_cassette.verify",
+    "catalytic_cassette.seals",
+    "catalytic_cassette.merkle",
+    "catalytic_cassette.proofs",
+    "catalytic_cassette.signing",
+    "catalytic_cassette.worker_keys",
+    "catalytic_cassette.render",
+    "catalytic_cassette.chain",
+    "catalytic_cassette.cli.output",
+    "pathlib",
+    "secrets",
+    "csv",
+    "urllib",
+)
+OTHER_COMMAND_MODULES = tuple(
+    f"catalytic_cassette.cli.{module}" for module in set(COMMAND_MODULES.values()) - {"commands"}
+)
+# Importing the CLI builds the group only: not even the ledger's modules.
+DENIED_AT_IMPORT = (
+    *HEAVY,
+    *OTHER_COMMAND_MODULES,
+    "catalytic_cassette.cassette",
+    "catalytic_cassette.connection",
+    "catalytic_cassette.errors",
+    "orjson",
+    "json",
+    "hashlib",
+)
+DENIED_ON_HOT_PATHS = (*HEAVY, *OTHER_COMMAND_MODULES)
+
+# Written at exit, after the command (and without json: the report imports nothing).
+_REPORT = """
+import atexit, sys
+report = sys.argv.pop(1)
+atexit.register(lambda: open(report, "w").write("\\n".join(sorted(sys.modules))))
+{body}
+"""
+
+
+def imported(tmp_path: Path, body: str, *args: str) -> set[str]:
+    """The modules loaded by a fresh interpreter running ``body`` with ``args``."""
+    report = tmp_path / "modules.json"
+    script = _REPORT.format(body=body)
+    subprocess.run(
+        [sys.executable, "-c", script, str(report), *args],
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    return set(report.read_text().split("\n"))
+
+
+def denied(loaded: set[str], deny: tuple[str, ...]) -> list[str]:
+    """Loaded modules that are, or are inside, a denied one."""
+    return sorted(m for m in loaded for d in deny if m == d or m.startswith(d + "."))
+
+
+def test_the_check_sees_a_denied_import(tmp_path: Path) -> None:
+    loaded = imported(tmp_path, "import catalytic_cassette.cli, csv, catalytic_cassette.seals")
+    assert {"csv", "catalytic_cassette.seals", "catalytic_cassette.cli.commands"} <= loaded
+    assert "csv" in denied(loaded, DENIED_AT_IMPORT)
+
+
+def test_importing_the_cli_loads_no_denied_module(tmp_path: Path) -> None:
+    loaded = imported(tmp_path, "import catalytic_cassette.cli")
+    assert "catalytic_cassette.cli.commands" in loaded
+    assert denied(loaded, DENIED_AT_IMPORT) == []
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> dict[str, Any]:
+    db = tmp_path / "ledger.db"
+    with MessageCassette(db) as cassette:
+        cassette.post_message({"jobs": [{"intent": "i", "steps": [{}, {}]}]}, "r1", "USER")
+        lease = cassette.claim_step("r1", "w1")
+    payload = tmp_path / "payload.json"
+    payload.write_text('{"task": "x"}')
+    return {"db": str(db), "payload": str(payload), "lease": lease}
+
+
+def _hot_command(name: str, ledger: dict[str, Any]) -> list[str]:
+    lease = ledger["lease"]
+    return {
+        "--help": ["--help"],
+        "status": ["status", "--run-id", "r1"],
+        "post": ["post", "--run-id", "r1", "--source", "USER", "--payload", ledger["payload"]],
+        "claim": ["claim", "--run-id", "r1", "--worker", "w1"],
+        "complete": [
+            *("complete", "--run-id", "r1", "--worker", "w1", "--outcome", "SUCCESS"),
+            *("--step", str(lease["step_id"]), "--token", str(lease["fencing_token"])),
+            *("--receipt", ledger["payload"]),
+        ],
+    }[name]
+
+
+@pytest.mark.parametrize("name", ["status", "post", "claim", "complete"])
+def test_a_hot_command_loads_no_denied_module(
+    tmp_path: Path, ledger: dict[str, Any], name: str
+) -> None:
+    body = "from catalytic_cassette.cli import main\nmain()"
+    args = ["cassette", "--db", ledger["db"], *_hot_command(name, ledger)]
+    loaded = imported(tmp_path, f"sys.argv[1:] = {args[1:]!r}\n{body}", *args)
+    assert "catalytic_cassette.cassette" in loaded  # it ran
+    assert denied(loaded, DENIED_ON_HOT_PATHS) == []
+    with MessageCassette(ledger["db"], read_only=True) as cassette:  # and it did its work
+        assert cassette.status("r1")["messages"] == (2 if name == "post" else 1)
+
+
+def test_the_help_listing_loads_no_third_party_command_dependency(tmp_path: Path) -> None:
+    body = "from catalytic_cassette.cli import main\nsys.argv[1:] = ['--help']\nmain()"
+    loaded = imported(tmp_path, body)
+    assert set(OTHER_COMMAND_MODULES) <= loaded  # every command's help was read
+    third_party = ("cryptography", "psycopg", "psycopg_pool", "mcp", "hypothesis")
+    package = (
+        "catalytic_cassette.verify",
+        "catalytic_cassette.seals",
+        "catalytic_cassette.cassette",
+    )
+    assert denied(loaded, third_party + package) == []
+
+
+def test_each_command_is_listed_with_the_module_that_registers_it() -> None:
+    """The lazy group finds a command through COMMAND_MODULES: a command missing there
+    would be unknown until its module happened to be imported."""
+    from importlib import import_module
+
+    for module_name in set(COMMAND_MODULES.values()):
+        group = click.Group()
+        import_module(f"catalytic_cassette.cli.{module_name}").register(group)
+        listed = {name for name, module in COMMAND_MODULES.items() if module == module_name}
+        assert set(group.commands) == listed, module_name
+
+
+def test_a_command_s_module_is_imported_when_the_command_is_named(tmp_path: Path) -> None:
+    body = (
+        "from catalytic_cassette.cli import cli\n"
+        "before = 'catalytic_cassette.cli.live_commands' in sys.modules\n"
+        "assert 'tail' in cli.commands and not before\n"
+        "assert cli.commands['tail'].name == 'tail'\n"
+        "assert 'catalytic_cassette.cli.anchor_commands' in sys.modules  # (live uses it)\n"
+        "assert 'catalytic_cassette.cli.batch' not in sys.modules\n"
+        "print('checked')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORT.format(body=body), str(tmp_path / "m.json")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.stdout == "checked\n", done.stderr
