@@ -11,6 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from ..lease_limits import DEFAULT_TTL_SECONDS
+from ..redaction import shown
 from ..terminal import printable
 from .boundary import EXIT_CANNOT_VERIFY, CassetteGroup, emit
 from .output import progress_bar
@@ -164,7 +165,7 @@ def init(ctx: click.Context) -> None:
     cassette = _open(ctx)
     emit(
         {
-            "db": cassette.db_path,
+            "db": shown(cassette.db_path),
             "created": cassette.created,
             "schema_version": cassette.schema_version,
         }
@@ -511,13 +512,13 @@ def migrate(ctx: click.Context, check: bool) -> None:
     else:
         pending, latest = pending_versions(settings.db), current_version()
     if check:
-        emit({"db": settings.db, "latest": latest, "pending": pending})
+        emit({"db": shown(settings.db), "latest": latest, "pending": pending})
         if pending:
             click.echo(f"pending: {len(pending)} migration(s)", err=True)
             ctx.exit(1)
         return
     cassette = _open(ctx)
-    emit({"db": settings.db, "applied": pending, "schema_version": cassette.schema_version})
+    emit({"db": shown(settings.db), "applied": pending, "schema_version": cassette.schema_version})
 
 
 @click.command()
