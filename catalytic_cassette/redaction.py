@@ -46,9 +46,12 @@ _QUERY_PARAMETER = re.compile(r"([?&])([^=&#\s]+)=([^&#\s]*)")
 @cache
 def _keyword_value() -> re.Pattern[str]:
     # name = value in libpq's keyword/value form: a quoted value ends at its closing
-    # quote (backslash escapes), a bare one at white space.
+    # quote (backslash escapes), a bare one at white space, and the words after it that
+    # are no "name=" of their own go with it (a password with a space, unquoted: libpq
+    # refuses the string, but the words were meant as the password).
     names = "|".join(sorted((re.escape(k) for k in SECRET_KEYWORDS), key=len, reverse=True))
-    return re.compile(rf"(?<![\w%])((?:{names})\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&#]*)")
+    bare = r"[^\s&#]*(?:\s+[^\s=&#']+(?=\s|$))*"
+    return re.compile(rf"(?<![\w%])((?:{names})\s*=\s*)('(?:[^'\\]|\\.)*'?|{bare})")
 
 
 def _query_parameter(match: re.Match[str]) -> str:
