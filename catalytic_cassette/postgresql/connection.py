@@ -101,11 +101,6 @@ def _connect_problem(url: str, exc: psycopg.Error) -> str:
     return redact(text, [str(v) for k, v in parsed.items() if k in SECRET_KEYWORDS])
 
 
-def _open(url: str) -> psycopg.Connection[Any]:
-    """An autocommit connection (``open_connection``)."""
-    return open_connection(url)
-
-
 def connect(
     url: str, *, durability: str, busy_timeout_ms: int, read_only: bool = False
 ) -> psycopg.Connection[Any]:
@@ -120,7 +115,7 @@ def open_ledger(
     url: str, *, durability: str, busy_timeout_ms: int, read_only: bool = False
 ) -> tuple[psycopg.Connection[Any], bool]:
     """``connect``, and whether this open made the ledger (the database held none)."""
-    conn = _open(url)
+    conn = open_connection(url)
     created = False
     try:
         _check_server(conn)
@@ -200,7 +195,7 @@ def _require_current(conn: psycopg.Connection[Any]) -> None:
 def pending_versions(url: str) -> list[int]:
     """Versions the ledger at ``url`` still needs, read without changing it; all of them
     for a database that holds no ledger yet."""
-    with _open(url) as conn:
+    with open_connection(url) as conn:
         try:
             version = applied_version(conn) or 0
         except psycopg.Error as exc:
