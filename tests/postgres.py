@@ -170,6 +170,23 @@ def ensure_owner(conn: psycopg.Connection[Any]) -> None:
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN CREATEROLE").format(sql.Identifier(OWNER)))
 
 
+def vacuum(url: str) -> None:
+    """VACUUM the system catalogs of a database just migrated: the migrations run in one
+    transaction, so every catalog row version they replaced (CREATE OR REPLACE FUNCTION,
+    ALTER) is still on its page, and a clone's first reads would prune those pages, WAL
+    written while the server looks idle (tests that watch the WAL's position would see it
+    move). The ledger's tables are left alone: their statistics stay "never counted"."""
+    from psycopg import sql
+
+    with _admin(url) as conn:
+        catalogs = conn.execute(
+            "SELECT relname FROM pg_class"
+            " WHERE relnamespace = 'pg_catalog'::regnamespace AND relkind = 'r'"
+        ).fetchall()
+        for (name,) in catalogs:
+            conn.execute(sql.SQL("VACUUM pg_catalog.{}").format(sql.Identifier(name)))
+
+
 def clone_database(server_url: str, template_name: str) -> str:
     """A new database that is a copy of database ``template_name`` (for example a migrated
     template made once per session); returns its URL. Close every connection to the
