@@ -5,6 +5,7 @@ Python API's error (its text, repr and traceback) and a real process's streams."
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -179,3 +180,23 @@ def test_every_secret_parameter_libpq_hides_is_redacted() -> None:
         if option.dispchar == b"*"
     }
     assert hidden <= SECRET_KEYWORDS
+
+
+def test_a_target_shown_in_a_result_holds_no_secret(pg_ledger: str, tmp_path: Path) -> None:
+    """The server trusts the login, so the commands succeed: `init` and `migrate` show
+    the ledger's URL (`db`), `copy` its source and destination, each without the secret
+    in the user info or the query."""
+    user = urlsplit(pg_ledger).username
+    with_info = pg_ledger.replace(f"{user}@", f"{user}:{SECRET}@", 1)
+    in_query = f"{pg_ledger}&password={SECRET}"
+    for target in (with_info, in_query):
+        for command in (("init",), ("migrate",), ("migrate", "--check")):
+            result = CliRunner().invoke(cli, ["--db", target, *command])
+            assert result.exit_code == 0, result.output
+            shown = json.loads(result.stdout)["db"]
+            assert "***" in shown and postgres.database_name(pg_ledger) in shown
+            assert_hidden(result.stdout, result.stderr)
+        copied = CliRunner().invoke(cli, ["copy", target, str(tmp_path / f"{len(target)}.db")])
+        assert copied.exit_code == 0, copied.output
+        assert "***" in json.loads(copied.stdout)["source"]
+        assert_hidden(copied.stdout, copied.stderr)
