@@ -229,9 +229,9 @@ def test_a_session_with_replica_triggers_is_refused_before_anything(
     login: str, ledger: str
 ) -> None:
     """session_replication_role from the URL's options (a superuser's: the server refuses
-    the option to anyone else), from ALTER ROLE, and from ALTER DATABASE: every writing
-    open is refused UNSAFE_SESSION; nothing is written; a reader still verifies and
-    reports the database's setting."""
+    the option to anyone else), from ALTER ROLE (a login's, and ALL), and from ALTER
+    DATABASE: every writing open is refused UNSAFE_SESSION; nothing is written; a reader
+    still verifies and reports the setting on the database or on every role."""
     before = verify_path(ledger).journal_rows
     replica = f"{ledger}&options=-c%20session_replication_role%3Dreplica"
     with pytest.raises(CassetteError) as refused:
@@ -248,6 +248,18 @@ def test_a_session_with_replica_triggers_is_refused_before_anything(
         with admin(ledger) as conn:
             conn.execute(f'ALTER ROLE "{login}" RESET session_replication_role')
             conn.execute(f'REVOKE cassette_worker FROM "{login}"')
+    with admin(ledger) as conn:  # (every role, every database: the whole cluster's)
+        conn.execute("ALTER ROLE ALL SET session_replication_role = replica")
+    try:
+        with pytest.raises(CassetteError) as refused:
+            MessageCassette(ledger)
+        assert refused.value.code is ErrorCode.UNSAFE_SESSION
+        report = verify_path(ledger)
+        assert kinds(report) == {"schema_extra"}
+        assert "settings of every role in every database" in report.errors[0].detail
+    finally:
+        with admin(ledger) as conn:
+            conn.execute("ALTER ROLE ALL RESET session_replication_role")
     name = postgres.database_name(ledger)
     with admin(ledger) as conn:
         conn.execute(f'ALTER DATABASE "{name}" SET session_replication_role = replica')

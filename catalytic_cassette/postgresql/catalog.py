@@ -5,8 +5,8 @@ canonical description: every relation of schema public with its columns, constra
 indexes, triggers (with their enabled state), rules, row-level security and policies,
 inheritance, every function with its source, language, SECURITY DEFINER and settings,
 every grant (the owner written ``<owner>``), types and operators, event triggers,
-settings attached to the database or to the cassette_* roles, those roles' powers, and
-who was granted SET on ``session_replication_role``.
+settings attached to the database, to the cassette_* roles or to every role
+everywhere, those roles' powers, and who was granted SET on ``session_replication_role``.
 Nothing in it depends on the cluster (no oid, no owner's name).
 
 ``catalog-<major>.json`` (beside the migrations) is the description of a database

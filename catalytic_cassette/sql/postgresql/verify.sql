@@ -155,12 +155,16 @@ SELECT o.oid::pg_catalog.regoperator::text
 SELECT e.evtname, e.evtevent, e.evtenabled::text, e.evtfoid::pg_catalog.regprocedure::text
   FROM pg_catalog.pg_event_trigger e;
 
+-- Settings attached to this database (for any role), to a ledger role, or to every role
+-- in every database (ALTER ROLE ALL SET: session_replication_role there would reach
+-- every session of the cluster).
 -- name: catalog_settings
 SELECT coalesce(r.rolname, ''), s.setdatabase = 0, s.setconfig
   FROM pg_catalog.pg_db_role_setting s
   LEFT JOIN pg_catalog.pg_roles r ON r.oid = s.setrole
  WHERE s.setdatabase = (SELECT d.oid FROM pg_catalog.pg_database d
                          WHERE d.datname = pg_catalog.current_database())
+    OR (s.setdatabase = 0 AND s.setrole = 0)
     OR (s.setdatabase = 0
         AND r.rolname IN ('cassette_worker', 'cassette_appender', 'cassette_auditor'));
 
