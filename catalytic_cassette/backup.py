@@ -17,6 +17,7 @@ from .anchor import load_anchors
 from .connection import connect_readonly
 from .errors import CassetteError, ErrorCode, translate
 from .postgresql import is_postgres_url
+from .redaction import shown
 from .seals import check_origin, require_ledger, write_seal_file
 from .tree import StoredTree
 from .verify import Progress, VerifyReport, verify_path
@@ -188,7 +189,7 @@ def _require_empty_database(url: str) -> None:
         if journal_size(conn) > 0:
             raise CassetteError(
                 ErrorCode.INVALID_ARGUMENT,
-                f"{connection.redact(url)} holds a ledger; restore never overwrites",
+                f"{shown(url)} holds a ledger; restore never overwrites",
             )
     finally:
         conn.close()
@@ -240,10 +241,11 @@ def restore(
         from .copying import copy_ledger
 
         copy_ledger(str(backup_path), os.fspath(dest))
-        from .postgresql.connection import redact
-
-        shown = redact(os.fspath(dest))
-        return {"restored": shown, "entries": report.journal_rows, "origin": origin}
+        return {
+            "restored": shown(os.fspath(dest)),
+            "entries": report.journal_rows,
+            "origin": origin,
+        }
     reader = connect_readonly(backup_path)
     try:
         _copy(reader, target)

@@ -26,6 +26,7 @@ import orjson
 from .errors import CassetteError, ErrorCode
 from .hashing import ZERO_HASH, chain_hash, leaf_hash
 from .postgresql import is_postgres_url
+from .redaction import shown
 
 # The most a claim can last (LAW.md, leases): a lease granted at t expires by t + this.
 _MAX_LEASE_MS = 2_592_000_000
@@ -174,20 +175,12 @@ def _copy(reader: Source, writer: Destination, source: str, dest: str) -> dict[s
             )
         size = start + copied
     return {
-        "source": _shown(source),
-        "dest": _shown(dest),
+        "source": shown(source),
+        "dest": shown(dest),
         "copied": copied,
         "size": size,
         "head": previous.hex() if size else None,
     }
-
-
-def _shown(target: str) -> str:
-    if is_postgres_url(target):
-        from .postgresql.connection import redact
-
-        return redact(target)
-    return target
 
 
 def _check_entry(entry: Entry, previous: bytes) -> None:

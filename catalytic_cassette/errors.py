@@ -8,6 +8,8 @@ import sqlite3
 from enum import Enum
 from typing import Any
 
+from .redaction import redact
+
 
 class ErrorCode(str, Enum):
     """Stable refusal codes. Part of the contract: never rename, only add."""
@@ -101,6 +103,7 @@ class ErrorCode(str, Enum):
     MISSING_EXTRA = "MISSING_EXTRA"  # the command needs an optional extra not installed
     INTERRUPTED = "INTERRUPTED"  # the CLI: Ctrl-C
     PERMISSION_DENIED = "PERMISSION_DENIED"  # PostgreSQL: the session's role may not
+    UNSAFE_SESSION = "UNSAFE_SESSION"  # PostgreSQL: a session in which triggers would not fire
     BACKEND_UNSUPPORTED = "BACKEND_UNSUPPORTED"  # not (yet) available on this backend
 
 
@@ -112,6 +115,8 @@ class CassetteError(Exception):
     """
 
     def __init__(self, code: ErrorCode, message: str, **detail: Any) -> None:
+        # Every refusal is made here, whoever shows it (CLI, MCP, API): no password leaves
+        message = redact(message)
         super().__init__(f"{code.value}: {message}")
         self.code = code
         self.message = message

@@ -58,6 +58,7 @@ def template(server: bench.Server, name: str, loop: str, steps: int, sql: str | 
         bench.template_ours(server, name, steps, 1000)
     if sql is not None:
         with psycopg.connect(server.db_url(name), autocommit=True) as conn:
+            conn.execute(f'SET ROLE "{bench.OWNER}"')  # (as the ledger's owner)
             conn.execute(sql.encode("utf-8"))
         server.settle(name)
 

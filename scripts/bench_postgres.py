@@ -114,6 +114,11 @@ def now_ms() -> int:
 # ------------------------------------------------------------------- databases
 
 
+# The role owning every database the benchmark makes: the superuser migrating a ledger
+# there runs the migrations as it.
+OWNER = "cassette_bench_owner"
+
+
 class Server:
     """The cluster's superuser URL, and databases made and dropped on it."""
 
@@ -132,10 +137,16 @@ class Server:
         return psycopg.connect(self.url, autocommit=True)
 
     def create(self, name: str, template: str = "template0") -> str:
+        """A database owned by ``OWNER`` (a ledger's owner is no superuser: LAW.md 14)."""
         with self.admin() as conn:
+            if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (OWNER,)).fetchone():
+                conn.execute(sql.SQL("CREATE ROLE {} CREATEROLE").format(sql.Identifier(OWNER)))
             conn.execute(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY {}").format(
-                    sql.Identifier(name), sql.Identifier(template), sql.SQL(self.strategy)
+                sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY {} OWNER {}").format(
+                    sql.Identifier(name),
+                    sql.Identifier(template),
+                    sql.SQL(self.strategy),
+                    sql.Identifier(OWNER),
                 )
             )
         return self.db_url(name)

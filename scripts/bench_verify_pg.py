@@ -93,7 +93,12 @@ def main(argv: list[str]) -> int:
     for entries in args.entries:
         name = "cassette_bench_" + uuid.uuid4().hex[:12]
         with psycopg.connect(args.url, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
+            # (owned by a role that is no superuser, as a ledger's owner must be)
+            if not admin.execute(
+                "SELECT 1 FROM pg_roles WHERE rolname = 'cassette_bench_owner'"
+            ).fetchone():
+                admin.execute("CREATE ROLE cassette_bench_owner CREATEROLE")
+            admin.execute(f'CREATE DATABASE "{name}" OWNER cassette_bench_owner')
         url = urlunsplit(urlsplit(args.url)._replace(path="/" + name))
         try:
             with tempfile.TemporaryDirectory() as folder:

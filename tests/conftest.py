@@ -297,6 +297,7 @@ def pg_template(pg_server: str) -> Iterator[str]:
 
     url = postgres.create_database(pg_server)
     MessageCassette(url).close()
+    postgres.vacuum(url)
     yield postgres.database_name(url)
     postgres.drop_database(pg_server, url)
 

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -31,6 +31,8 @@ SKIP_VARIABLE = "CASSETTE_SKIP_POSTGRES"
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # Every database a test makes starts with this, so a leftover is recognisable.
 PREFIX = "cassette_test_"
+# The non-superuser role owning every database a test makes (and so every test ledger).
+OWNER = "cassette_test_owner"
 
 
 def _pg_cluster() -> ModuleType:
@@ -144,12 +146,45 @@ def create_database(server_url: str, template: str = "template0") -> str:
 
     name = PREFIX + uuid.uuid4().hex[:16]
     with _admin(server_url) as conn:
+        ensure_owner(conn)
         conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-                sql.Identifier(name), sql.Identifier(template)
+            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY OWNER {}").format(
+                sql.Identifier(name), sql.Identifier(template), sql.Identifier(OWNER)
             )
         )
     return with_database(server_url, name)
+
+
+def ensure_owner(conn: psycopg.Connection[Any]) -> None:
+    """The role that owns every database a test makes (``OWNER``), made once: a ledger is
+    its database owner's (LAW.md 14), who must not be a superuser (verify's
+    ``ownership``). Tests connect as the server's superuser, so a ledger they make is
+    migrated as this role."""
+    import psycopg
+    from psycopg import sql
+
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (OWNER,)).fetchone():
+        return
+    # (another process may make it at the same moment)
+    with suppress(psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN CREATEROLE").format(sql.Identifier(OWNER)))
+
+
+def vacuum(url: str) -> None:
+    """VACUUM the system catalogs of a database just migrated: the migrations run in one
+    transaction, so every catalog row version they replaced (CREATE OR REPLACE FUNCTION,
+    ALTER) is still on its page, and a clone's first reads would prune those pages, WAL
+    written while the server looks idle (tests that watch the WAL's position would see it
+    move). The ledger's tables are left alone: their statistics stay "never counted"."""
+    from psycopg import sql
+
+    with _admin(url) as conn:
+        catalogs = conn.execute(
+            "SELECT relname FROM pg_class"
+            " WHERE relnamespace = 'pg_catalog'::regnamespace AND relkind = 'r'"
+        ).fetchall()
+        for (name,) in catalogs:
+            conn.execute(sql.SQL("VACUUM pg_catalog.{}").format(sql.Identifier(name)))
 
 
 def clone_database(server_url: str, template_name: str) -> str:

@@ -507,9 +507,11 @@ def _worker_path_runs(url: str) -> None:
 
 
 def _apply(url: str, levers: list[Path]) -> None:
-    """As bench_pg_levers applies a variant: its text, in one statement string."""
+    """As bench_pg_levers applies a variant: its text, in one statement string, as the
+    ledger's owner."""
     text = "".join(path.read_text(encoding="utf-8") for path in levers)
     with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'SET ROLE "{postgres.OWNER}"')
         conn.execute(text.encode("utf-8"))
 
 

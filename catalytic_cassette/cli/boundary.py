@@ -33,7 +33,9 @@ class Refusal(click.ClickException):
     """A coded answer: shown as ``error: CODE: message`` and exited with its status."""
 
     def __init__(self, code: str, message: str, exit_code: int) -> None:
-        super().__init__(message)
+        from ..redaction import redact
+
+        super().__init__(redact(message))  # (a path or URL echoed: no password shown)
         self.code = code
         # click declares exit_code on the class; each refusal carries its own.
         vars(self)["exit_code"] = exit_code

@@ -63,6 +63,13 @@ class Settings:
         return AutoSeal(self.seal_key, self.seal_dir, every=self.seal_every)
 
 
+def _shown(target: str) -> str:
+    """A ledger target as output shows it: a URL without its password."""
+    from ..redaction import shown
+
+    return shown(target)
+
+
 def _worker_key(path: str | None, worker: str | None) -> WorkerKey | None:
     """The worker key of --worker-key, signing as ``worker``; None without the option."""
     if path is None:
@@ -161,7 +168,7 @@ def init(ctx: click.Context) -> None:
     cassette = _open(ctx)
     emit(
         {
-            "db": cassette.db_path,
+            "db": _shown(cassette.db_path),
             "created": cassette.created,
             "schema_version": cassette.schema_version,
         }
@@ -512,13 +519,13 @@ def migrate(ctx: click.Context, check: bool) -> None:
     else:
         pending, latest = pending_versions(settings.db), current_version()
     if check:
-        emit({"db": settings.db, "latest": latest, "pending": pending})
+        emit({"db": _shown(settings.db), "latest": latest, "pending": pending})
         if pending:
             click.echo(f"pending: {len(pending)} migration(s)", err=True)
             ctx.exit(1)
         return
     cassette = _open(ctx)
-    emit({"db": settings.db, "applied": pending, "schema_version": cassette.schema_version})
+    emit({"db": _shown(settings.db), "applied": pending, "schema_version": cassette.schema_version})
 
 
 @click.command()

@@ -5,7 +5,8 @@ canonical description: every relation of schema public with its columns, constra
 indexes, triggers (with their enabled state), rules, row-level security and policies,
 inheritance, every function with its source, language, SECURITY DEFINER and settings,
 every grant (the owner written ``<owner>``), types and operators, event triggers,
-settings attached to the database or to the cassette_* roles, and those roles' powers.
+settings attached to the database, to the cassette_* roles or to every role
+everywhere, those roles' powers, and who was granted SET on ``session_replication_role``.
 Nothing in it depends on the cluster (no oid, no owner's name).
 
 ``catalog-<major>.json`` (beside the migrations) is the description of a database
@@ -116,6 +117,10 @@ def describe(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     for role, everywhere, config in _rows(conn, "catalog_settings"):
         where = "in every database" if everywhere else "in this database"
         objects[f"settings of {role or 'every role'} {where}"] = sorted(config or [])
+    parameters: dict[str, list[list[Any]]] = {}
+    for parameter, *grant in _rows(conn, "catalog_parameter_grants"):
+        parameters.setdefault(f"grants parameter {parameter}", []).append(grant)
+    objects.update({key: sorted(value) for key, value in parameters.items()})
     for name, *powers in _rows(conn, "catalog_roles"):
         objects[f"role {name}"] = dict(
             zip(("superuser", "bypass_rls", "create_role", "replication"), powers, strict=True)
@@ -173,7 +178,7 @@ def render(version: int, objects: dict[str, Any]) -> str:
 def _table_of(key: str) -> str | None:
     kind, _, name = key.partition(" ")
     if kind in ("relation", "constraint", "index", "trigger", "rule", "policy", "grants"):
-        if name.startswith("function "):
+        if name.startswith(("function ", "parameter ")):
             return None
         return name.split(".", 1)[0] or None
     return None

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import CassetteError, ErrorCode, code_of
+from ..redaction import SECRET_KEYWORDS, redact
 from . import sqlfiles
 
 try:  # psycopg is an optional dependency: only a PostgreSQL URL needs it
@@ -24,12 +25,7 @@ MIN_SERVER_VERSION = 150000
 # take turns, and the second finds it current.
 _MIGRATION_LOCK = 0x636173736574  # "casset"
 _SYNCHRONOUS_COMMIT = {"full": "on", "normal": "off"}
-_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    return _URL_PASSWORD.sub(r"\1***@", url)
+_QUOTED = re.compile(r'"[^"]*"')
 
 
 def translate(exc: Exception) -> CassetteError:
@@ -73,16 +69,36 @@ def _require_psycopg() -> None:
         )
 
 
-def _open(url: str) -> psycopg.Connection[Any]:
-    """An autocommit connection; a URL that does not parse or a server that cannot be
-    reached is CANNOT_OPEN (the password never shown)."""
+def open_connection(
+    url: str, *, autocommit: bool = True, application_name: str = "catalytic-cassette"
+) -> psycopg.Connection[Any]:
+    """A connection to ``url``; a URL that does not parse or a server that cannot be
+    reached is CANNOT_OPEN. The one place the package connects: what libpq answers is
+    shown without the URL's secrets (``redaction``), and the psycopg error is not chained
+    to the refusal, so no traceback or ``__cause__`` carries it either."""
     _require_psycopg()
     try:
-        return psycopg.connect(url, autocommit=True, application_name="catalytic-cassette")
+        return psycopg.connect(url, autocommit=autocommit, application_name=application_name)
     except psycopg.Error as exc:
-        raise CassetteError(
-            ErrorCode.CANNOT_OPEN, f"cannot connect to {redact(url)}: {redact(str(exc))}"
-        ) from exc
+        problem = _connect_problem(url, exc)
+    raise CassetteError(ErrorCode.CANNOT_OPEN, f"cannot connect to {redact(url)}: {problem}")
+
+
+def _connect_problem(url: str, exc: psycopg.Error) -> str:
+    """What libpq said, safe to show. A connection string it could not parse is echoed
+    in fragments (a password's tail after a space, a bad percent-escape inside one):
+    those messages lose every quoted part. Otherwise the text is redacted, the URL's own
+    secret values included."""
+    text = str(exc).strip()
+    if isinstance(exc, psycopg.ProgrammingError):
+        return _QUOTED.sub('"..."', text)
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parsed = conninfo_to_dict(url)
+    except psycopg.Error:
+        parsed = {}
+    return redact(text, [str(v) for k, v in parsed.items() if k in SECRET_KEYWORDS])
 
 
 def connect(
@@ -99,7 +115,7 @@ def open_ledger(
     url: str, *, durability: str, busy_timeout_ms: int, read_only: bool = False
 ) -> tuple[psycopg.Connection[Any], bool]:
     """``connect``, and whether this open made the ledger (the database held none)."""
-    conn = _open(url)
+    conn = open_connection(url)
     created = False
     try:
         _check_server(conn)
@@ -113,7 +129,8 @@ def open_ledger(
         if read_only:
             _require_current(conn)
             conn.execute(sqlfiles.query("read_only_session"))
-        else:
+        else:  # (a reader may read in any session: a verify reports what it sees)
+            check_session(conn)
             created = applied_version(conn) is None
             migrate(conn)
     except psycopg.Error as exc:
@@ -134,6 +151,25 @@ def _check_server(conn: psycopg.Connection[Any]) -> None:
     if encoding is None or encoding[0] != "UTF8":
         # the journal hashes the UTF-8 bytes of each body: another encoding cannot hold them
         raise CassetteError(ErrorCode.NOT_A_CASSETTE, "a PostgreSQL ledger's database is UTF8")
+
+
+def check_session(conn: psycopg.Connection[Any]) -> None:
+    """Refuse a writing session in which the ledger's triggers would not fire: with
+    ``session_replication_role`` ``replica`` no ordinary trigger fires (no rule, no
+    journal), and with ``local`` neither do the replica-only ones (UNSAFE_SESSION). Read
+    when the connection opens, so it catches the setting from wherever it came: the
+    server's configuration, ``ALTER DATABASE`` / ``ALTER ROLE ... SET``, the URL's or
+    PGOPTIONS' ``options``. Only a superuser, or a role granted SET on the parameter, can
+    set it at all (LAW.md 14)."""
+    row = conn.execute(sqlfiles.query("session_replication_role")).fetchone()
+    setting = str(row[0]) if row else ""
+    if setting != "origin":
+        raise CassetteError(
+            ErrorCode.UNSAFE_SESSION,
+            f"the session's session_replication_role is {setting!r}, not 'origin': the"
+            " ledger's triggers would not fire; remove the setting (ALTER ROLE / ALTER"
+            " DATABASE ... RESET session_replication_role, or the connection's options)",
+        )
 
 
 def applied_version(conn: psycopg.Connection[Any]) -> int | None:
@@ -159,7 +195,7 @@ def _require_current(conn: psycopg.Connection[Any]) -> None:
 def pending_versions(url: str) -> list[int]:
     """Versions the ledger at ``url`` still needs, read without changing it; all of them
     for a database that holds no ledger yet."""
-    with _open(url) as conn:
+    with open_connection(url) as conn:
         try:
             version = applied_version(conn) or 0
         except psycopg.Error as exc:
@@ -171,32 +207,36 @@ def pending_versions(url: str) -> list[int]:
 
 
 def migrate(conn: psycopg.Connection[Any]) -> int:
-    """Apply pending migrations, each in its own transaction with the version row it
-    writes; return the version reached. A database holding tables but no ledger is
-    refused (NOT_A_CASSETTE), as is a newer schema (SCHEMA_TOO_NEW)."""
+    """Apply the pending migrations, all in one transaction with the version rows they
+    write, as the database's owner; return the version reached. A failure anywhere
+    leaves the database as it was: PostgreSQL's DDL, grants and CREATE ROLE are
+    transactional, and no migration sends a statement that is not (CREATE DATABASE,
+    CREATE INDEX CONCURRENTLY, VACUUM). Before anything is written, the owner's powers
+    are checked (``_become_owner``: PERMISSION_DENIED). A database holding tables but no
+    ledger is refused (NOT_A_CASSETTE), as is a newer schema (SCHEMA_TOO_NEW)."""
     latest = len(sqlfiles.migrations())
-    version = applied_version(conn)
-    if version == latest:
+    if applied_version(conn) == latest:
         return latest
-    for migration in sqlfiles.migrations():
-        with conn.transaction():
-            conn.execute(sqlfiles.query("migration_lock"), {"key": _MIGRATION_LOCK})
-            version = applied_version(conn)
-            if version is None:
-                others = conn.execute(sqlfiles.query("tables_in_public")).fetchone()
-                if others and others[0]:
-                    raise CassetteError(
-                        ErrorCode.NOT_A_CASSETTE, "the database holds tables but no ledger"
-                    )
-                conn.execute(sqlfiles.query("create_migrations_table"))
-                conn.execute(sqlfiles.query("revoke_migrations_table"))
-                version = 0
-            if version > latest:
+    with conn.transaction():
+        conn.execute(sqlfiles.query("migration_lock"), {"key": _MIGRATION_LOCK})
+        version = applied_version(conn)  # (again, under the lock: another host may have)
+        if version is not None and version > latest:
+            raise CassetteError(
+                ErrorCode.SCHEMA_TOO_NEW, f"schema {version} is newer than {latest}"
+            )
+        if version == latest:
+            return latest
+        if version is None:
+            others = conn.execute(sqlfiles.query("tables_in_public")).fetchone()
+            if others and others[0]:
                 raise CassetteError(
-                    ErrorCode.SCHEMA_TOO_NEW, f"schema {version} is newer than {latest}"
+                    ErrorCode.NOT_A_CASSETTE, "the database holds tables but no ledger"
                 )
-            if migration.version <= version:
-                continue
+        _become_owner(conn, version or 0)
+        if version is None:
+            conn.execute(sqlfiles.query("create_migrations_table"))
+            conn.execute(sqlfiles.query("revoke_migrations_table"))
+        for migration in sqlfiles.migrations()[version or 0 :]:
             try:
                 conn.execute(migration.sql.encode("utf-8"))
             except psycopg.Error as exc:
@@ -209,6 +249,44 @@ def migrate(conn: psycopg.Connection[Any]) -> int:
                 {"version": migration.version, "name": migration.name},
             )
     return latest
+
+
+# The first migration that creates roles (0002): from an earlier version the owner needs
+# CREATEROLE.
+_ROLES_MIGRATION = 2
+
+
+def _become_owner(conn: psycopg.Connection[Any], version: int) -> None:
+    """Act as the database's owner for the rest of the migrations' transaction, after
+    checking it has every power they use; PERMISSION_DENIED, with nothing written,
+    otherwise. The ledger's objects are then the owner's whoever migrates (a superuser,
+    or a member of the owner's role), which verify requires (LAW.md 10b)."""
+    row = conn.execute(sqlfiles.query("migration_owner")).fetchone()
+    assert row is not None
+    owner, superuser, create_role, may_become, creates_in_public, schema_owner = row
+    if not may_become:
+        raise CassetteError(
+            ErrorCode.PERMISSION_DENIED,
+            f"a ledger is made by its database's owner ({owner}): migrate as that role,"
+            " or as a member of it or a superuser",
+        )
+    if version < _ROLES_MIGRATION and not (superuser or create_role):
+        raise CassetteError(
+            ErrorCode.PERMISSION_DENIED,
+            f"the database's owner ({owner}) needs CREATEROLE: the migrations create the"
+            " roles cassette_worker, cassette_appender and cassette_auditor",
+        )
+    if not creates_in_public:
+        raise CassetteError(
+            ErrorCode.PERMISSION_DENIED,
+            f"the database's owner ({owner}) may not create objects in schema public",
+        )
+    if schema_owner not in (owner, "pg_database_owner"):
+        raise CassetteError(
+            ErrorCode.PERMISSION_DENIED,
+            f"schema public is owned by {schema_owner}, not by the database's owner ({owner})",
+        )
+    conn.execute(sqlfiles.query("become_owner"))
 
 
 def statement(

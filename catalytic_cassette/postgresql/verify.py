@@ -14,7 +14,8 @@ computed here.
    major; on a major with none, an UNVERIFIABLE ``schema_unchecked``): tables, columns,
    constraints, indexes, triggers and whether they fire (``trigger_disabled``),
    functions with their source and SECURITY DEFINER settings, grants, rules, policies,
-   inheritance, event triggers, the settings of the database and of the cassette_* roles.
+   inheritance, event triggers, the settings of the database and of the cassette_* roles;
+   who owns the ledger and who may act as its roles (``ownership.py``).
 2. **Chain** (``verify/chain.py``, the SQLite verifier's own walk): the journal streamed
    in seq order from a server-side cursor, constant memory; every leaf and link hash
    recomputed; the head row (``cassette_head``) is there, once (``journal_head``);
@@ -53,7 +54,7 @@ from ..verify.signatures import check_signatures, check_worker_signatures
 from ..verify.state import check_state
 from ..verify.tables import TABLES
 from ..verify.timeline import check_time
-from . import catalog, connection, sqlfiles
+from . import catalog, connection, ownership, sqlfiles
 from .sqlfiles import query
 
 if TYPE_CHECKING:
@@ -70,15 +71,11 @@ def verify_url(url: str, options: VerifyOptions | None = None, /, **overrides: A
     CANNOT_OPEN, not a ledger, a newer schema; exit code 3); a tampered ledger gives
     findings."""
     options = replace(options or VerifyOptions(), **overrides)
-    connection._require_psycopg()
     import psycopg
 
-    try:
-        conn = psycopg.connect(url, autocommit=False, application_name="catalytic-cassette-verify")
-    except psycopg.Error as exc:
-        raise CassetteError(
-            ErrorCode.CANNOT_OPEN, f"cannot connect to {connection.redact(url)}: {exc}"
-        ) from exc
+    conn = connection.open_connection(
+        url, autocommit=False, application_name="catalytic-cassette-verify"
+    )
     try:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
@@ -125,6 +122,8 @@ def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyRepo
             open_anchor(anchor, options.seal_key, options.origin)
     major = catalog.server_major(conn)
     intact = _check_structure(conn, out, recorded, shipped, major)
+    ownership.check_ownership(conn, out)
+    ownership.check_memberships(conn, out)
     full = options.level is Level.FULL
     with tempfile.TemporaryDirectory(prefix="cassette-verify-") as private:
         mirror = Mirror(Path(private) / "mirror.db", journal=full or bool(anchors), major=major)

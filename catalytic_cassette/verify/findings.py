@@ -41,6 +41,10 @@ class FindingKind(str, Enum):
     TRIGGER_DISABLED = "trigger_disabled"
     JOURNAL_HEAD = "journal_head"
     SCHEMA_UNCHECKED = "schema_unchecked"
+    # PostgreSQL only: an object not the ledger owner's (or a superuser owner), and a
+    # membership into or out of a cassette_* role that the migrations do not make
+    OWNERSHIP = "ownership"
+    ROLE_MEMBERSHIP = "role_membership"
     # the chain
     JOURNAL_GAP = "journal_gap"
     LEAF_HASH = "leaf_hash"

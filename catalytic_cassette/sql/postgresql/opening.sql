@@ -7,6 +7,10 @@
 -- cannot hold them.
 SHOW server_encoding;
 
+-- name: session_replication_role
+-- 'origin' is the only value with which the ledger's triggers fire.
+SHOW session_replication_role;
+
 -- name: session_settings
 -- For the session (is_local false): the durability's synchronous_commit, the busy
 -- timeout as lock_timeout, and the search_path the package's unqualified names are
@@ -26,9 +30,27 @@ SELECT to_regclass('public.cassette_migrations') IS NOT NULL;
 SELECT coalesce(max(version), 0) FROM cassette_migrations;
 
 -- name: migration_lock
--- Held to the end of one migration's transaction: hosts opening a ledger at once take
--- turns, and each reads the version again under it.
+-- Held to the end of the migrations' one transaction: hosts opening a ledger at once
+-- take turns, and each reads the version again under it.
 SELECT pg_advisory_xact_lock(%(key)s);
+
+-- name: migration_owner
+-- Who the migrations run as (the database's owner) and the powers they use: whether this
+-- session may become it, CREATEROLE for the roles (0002), CREATE in schema public, and
+-- the schema's owner (0006 revokes CREATE on it from PUBLIC, which only its owner can).
+SELECT pg_get_userbyid(d.datdba), o.rolsuper, o.rolcreaterole,
+       pg_has_role(current_user, d.datdba, 'MEMBER'),
+       has_schema_privilege(d.datdba, 'public', 'CREATE'),
+       pg_get_userbyid(n.nspowner)
+  FROM pg_database d
+  JOIN pg_roles o ON o.oid = d.datdba
+  JOIN pg_namespace n ON n.nspname = 'public'
+ WHERE d.datname = current_database();
+
+-- name: become_owner
+-- For the rest of the migrations' transaction: every object they make is the owner's.
+SELECT set_config('role', (SELECT pg_get_userbyid(datdba) FROM pg_database
+                            WHERE datname = current_database()), true);
 
 -- name: tables_in_public
 -- A database with tables but no ledger is someone else's: never migrated into.

@@ -155,12 +155,16 @@ SELECT o.oid::pg_catalog.regoperator::text
 SELECT e.evtname, e.evtevent, e.evtenabled::text, e.evtfoid::pg_catalog.regprocedure::text
   FROM pg_catalog.pg_event_trigger e;
 
+-- Settings attached to this database (for any role), to a ledger role, or to every role
+-- in every database (ALTER ROLE ALL SET: session_replication_role there would reach
+-- every session of the cluster).
 -- name: catalog_settings
 SELECT coalesce(r.rolname, ''), s.setdatabase = 0, s.setconfig
   FROM pg_catalog.pg_db_role_setting s
   LEFT JOIN pg_catalog.pg_roles r ON r.oid = s.setrole
  WHERE s.setdatabase = (SELECT d.oid FROM pg_catalog.pg_database d
                          WHERE d.datname = pg_catalog.current_database())
+    OR (s.setdatabase = 0 AND s.setrole = 0)
     OR (s.setdatabase = 0
         AND r.rolname IN ('cassette_worker', 'cassette_appender', 'cassette_auditor'));
 
@@ -168,6 +172,76 @@ SELECT coalesce(r.rolname, ''), s.setdatabase = 0, s.setconfig
 SELECT r.rolname, r.rolsuper, r.rolbypassrls, r.rolcreaterole, r.rolreplication
   FROM pg_catalog.pg_roles r
  WHERE r.rolname IN ('cassette_worker', 'cassette_appender', 'cassette_auditor');
+
+-- Who owns what (postgresql/ownership.py): the database, schema public and every object
+-- in it, with whether the owner is a superuser and the object a SECURITY DEFINER
+-- function. The ledger's owner is the role that owns cassette_migrations, the first
+-- object the migrations make.
+-- name: verify_owners
+SELECT o.kind, o.name, o.rel, pg_catalog.pg_get_userbyid(o.owner), r.rolsuper, o.definer,
+       o.owner = (SELECT c.relowner FROM pg_catalog.pg_class c
+                   WHERE c.relnamespace = 'public'::regnamespace
+                     AND c.relname = 'cassette_migrations')
+  FROM (SELECT 'database' AS kind, d.datname::text AS name, NULL::text AS rel,
+               d.datdba AS owner, false AS definer
+          FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()
+        UNION ALL
+        SELECT 'schema', n.nspname::text, NULL, n.nspowner, false
+          FROM pg_catalog.pg_namespace n WHERE n.oid = 'public'::regnamespace
+        UNION ALL
+        SELECT CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table' WHEN 'i' THEN 'index'
+                              WHEN 'I' THEN 'index' WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view'
+                              WHEN 'm' THEN 'materialized view' WHEN 'f' THEN 'foreign table'
+                              ELSE 'relation' END,
+               c.relname::text, c.relname::text, c.relowner, false
+          FROM pg_catalog.pg_class c WHERE c.relnamespace = 'public'::regnamespace
+        UNION ALL
+        SELECT 'function', p.oid::pg_catalog.regprocedure::text, NULL, p.proowner, p.prosecdef
+          FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'public'::regnamespace
+        UNION ALL
+        SELECT 'type', t.typname::text, NULL, t.typowner, false
+          FROM pg_catalog.pg_type t WHERE t.typnamespace = 'public'::regnamespace
+        UNION ALL
+        SELECT 'operator', p.oid::pg_catalog.regoperator::text, NULL, p.oprowner, false
+          FROM pg_catalog.pg_operator p WHERE p.oprnamespace = 'public'::regnamespace) o
+  LEFT JOIN pg_catalog.pg_roles r ON r.oid = o.owner
+ ORDER BY 1, 2;
+
+-- name: verify_ledger_owner
+SELECT pg_catalog.pg_get_userbyid(c.relowner), r.rolsuper
+  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
+ WHERE c.relnamespace = 'public'::regnamespace AND c.relname = 'cassette_migrations';
+
+-- Every membership into or out of the ledger's roles, and into the ledger's owner by a
+-- member of one of them (postgresql/ownership.py judges them). inherit_option and
+-- set_option exist from PostgreSQL 16 (read through to_jsonb: NULL before).
+-- name: verify_memberships
+SELECT pg_catalog.pg_get_userbyid(m.roleid), pg_catalog.pg_get_userbyid(m.member),
+       m.admin_option, pg_catalog.to_jsonb(m) ->> 'inherit_option',
+       pg_catalog.to_jsonb(m) ->> 'set_option', m.roleid = owner.oid, m.member = owner.oid
+  FROM pg_catalog.pg_auth_members m,
+       (SELECT c.relowner AS oid FROM pg_catalog.pg_class c
+         WHERE c.relnamespace = 'public'::regnamespace
+           AND c.relname = 'cassette_migrations') owner
+ WHERE m.roleid IN (SELECT r.oid FROM pg_catalog.pg_roles r
+                     WHERE r.rolname IN ('cassette_worker', 'cassette_appender', 'cassette_auditor'))
+    OR m.member IN (SELECT r.oid FROM pg_catalog.pg_roles r
+                     WHERE r.rolname IN ('cassette_worker', 'cassette_appender', 'cassette_auditor'))
+    OR (m.roleid = owner.oid AND m.member IN (
+          SELECT w.member FROM pg_catalog.pg_auth_members w
+            JOIN pg_catalog.pg_roles r ON r.oid = w.roleid
+           WHERE r.rolname IN ('cassette_worker', 'cassette_appender', 'cassette_auditor')))
+ ORDER BY 1, 2;
+
+-- Who was granted SET on session_replication_role (PostgreSQL 15's GRANT SET ON
+-- PARAMETER): with it, a role that is no superuser switches every trigger off for its
+-- session. A superuser has it without a grant.
+-- name: catalog_parameter_grants
+SELECT a.parname, CASE WHEN g.grantee = 0 THEN 'PUBLIC'
+                       ELSE pg_catalog.pg_get_userbyid(g.grantee) END,
+       g.privilege_type, g.is_grantable
+  FROM pg_catalog.pg_parameter_acl a, pg_catalog.aclexplode(a.paracl) g
+ WHERE a.parname = 'session_replication_role';
 
 -- One ledger table's rows, formatted by verify.py with the table's columns in journal-body
 -- order (verify/tables.py).
