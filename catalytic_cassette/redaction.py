@@ -27,7 +27,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from functools import cache
-from urllib.parse import quote, unquote
 
 MASK = "***"
 # libpq's secret parameters (an older libpq lacks some): the ones libpq 18 hides from
@@ -55,6 +54,8 @@ def _keyword_value() -> re.Pattern[str]:
 
 
 def _query_parameter(match: re.Match[str]) -> str:
+    from urllib.parse import unquote  # (here: a SQLite command's refusal needs no urllib)
+
     if unquote(match.group(2)) in SECRET_KEYWORDS:
         return f"{match.group(1)}{match.group(2)}={MASK}"
     return match.group(0)
@@ -65,6 +66,8 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     each of ``secrets`` (values known to be secret) wherever it appears."""
     for secret in secrets:
         if secret:
+            from urllib.parse import quote
+
             for form in {secret, quote(secret, safe=""), quote(secret)}:
                 text = text.replace(form, MASK)
     text = _URL_PASSWORD.sub(rf"\g<1>{MASK}@", text)
