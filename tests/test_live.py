@@ -418,7 +418,7 @@ def test_cli_newest_first_and_latest(chain: CausalChain, clock: ManualClock, db_
     assert out(invoke(db_path, "latest", "--plan", "nope")) is None
     assert invoke(db_path, "latest", "--plan", "p", "--session", "s").exit_code == 2
     before = file_digest(db_path)
-    assert_refused(invoke(db_path, "actions", "--after", "tomorrow"), "INVALID_ARGUMENT")
+    assert_refused(invoke(db_path, "actions", "--after", "tomorrow"), "USAGE", exit_code=2)
     assert file_digest(db_path) == before
 
 
@@ -433,7 +433,7 @@ def test_cli_suggest_causes(chain: CausalChain, clock: ManualClock, db_path: Pat
     assert [c["action_id"] for c in at] == [stored[1].action_id, stored[0].action_id]
     before = file_digest(db_path)
     assert_refused(
-        invoke(db_path, "suggest-causes", "--plan", "p", "--session", "s"), "INVALID_ARGUMENT"
+        invoke(db_path, "suggest-causes", "--plan", "p", "--session", "s"), "USAGE", exit_code=2
     )
     assert file_digest(db_path) == before
 

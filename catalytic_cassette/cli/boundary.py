@@ -1,8 +1,9 @@
 """The CLI's one boundary: every exception becomes one stderr line and a documented exit.
 
-The exit-code contract (README, "Exit status") lives here and only here:
-0 success, 1 refused, 2 usage, 3 cannot verify, 130 interrupted, 141 reader went away.
-Commands never pick an exit status for an error; they raise, and this module maps.
+The rule is written once, in README.md, "Exit status": 0 success, 1 refused, 2 usage
+(anything wrong before the ledger is asked; cli/params.py checks paths, sets and numbers
+while parsing), 3 cannot verify, 130 interrupted, 141 reader went away. Commands never
+pick an exit status for an error; they raise, and this module maps.
 """
 
 from __future__ import annotations
@@ -98,6 +99,21 @@ class CassetteGroup(click.Group):
         name, command, rest = super().resolve_command(ctx, args)
         ctx.meta[_COMMAND_KEY] = name
         return name, command, rest
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        # The root's own output while parsing (--help, --version): click's main would
+        # answer a closed pipe there with exit 1.
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except BrokenPipeError:
+            _silence_stdout()
+            raise click.exceptions.Exit(EXIT_BROKEN_PIPE) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
