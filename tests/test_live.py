@@ -129,6 +129,8 @@ def test_candidates_are_the_newest_of_the_scope_within_the_window(
         {"plan_id": "p", "window_ms": True},
         {"action_id": "x", "plan_id": "p"},
         {"action_id": "x", "scope": "project"},
+        {"plan_id": "p", "scope": "project"},  # a bad scope is refused in either form
+        {"session_id": "s", "scope": ""},
     ],
 )
 def test_a_bad_dependency_query_is_refused(chain: CausalChain, query: dict[str, Any]) -> None:

@@ -160,7 +160,8 @@ def cli(
     """A DB-first, tamper-evident execution ledger on SQLite.
 
     Results are JSON on stdout. Exit 0 success, 1 refused (one line on stderr
-    holding its stable code), 2 usage, 3 cannot verify, 130 interrupted.
+    holding its stable code), 2 usage (anything wrong before the ledger is asked,
+    a bad path included), 3 cannot verify, 130 interrupted, 141 stdout closed.
     """
     if (seal_dir is None) != (seal_key is None):
         raise click.UsageError("automatic sealing needs both --seal-dir and --seal-key")

@@ -3,6 +3,7 @@ before any work starts (README, "Exit status")."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,16 +65,21 @@ class InputDirectory(_ParamType):
 
     name = "directory"
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, *, writable: bool = False) -> None:
         self.what = what
+        self.writable = writable
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         from .. import safe_files
-        from ..errors import CassetteError
+        from ..errors import CassetteError, ErrorCode
 
         text = str(value)
         try:
             safe_files.check_directory(text, what=self.what)
+            if self.writable and not os.access(text, os.W_OK):
+                raise CassetteError(
+                    ErrorCode.CANNOT_OPEN, f"{self.what} {text} may not be written", path=text
+                )
         except CassetteError as error:
             option = _option_name(param)
             raise Refusal(error.code.value, f"{option}{error.message}", EXIT_USAGE) from error
@@ -142,7 +148,7 @@ PROOF_FILE = InputFile("proof file", "PROOF_MAX_BYTES")
 BUNDLE_FILE = InputFile("bundle", "BUNDLE_MAX_BYTES")
 BACKUP_FILE = InputFile("backup")
 INPUT_LEDGER = InputLedger()
-SEAL_DIRECTORY = InputDirectory("seal directory")
+SEAL_DIRECTORY = InputDirectory("seal directory", writable=True)  # automatic seals go there
 KEY_DIRECTORY = InputDirectory("worker key directory")
 
 
