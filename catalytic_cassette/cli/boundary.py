@@ -8,6 +8,7 @@ pick an exit status for an error; they raise, and this module maps.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sqlite3
@@ -85,6 +86,42 @@ def _silence_stdout() -> None:
         pass
 
 
+class _WholeWrites(io.FileIO):
+    """stdout's file, written whole or not at all: a pipe whose reader leaves while a
+    write blocks returns a short count (SIGPIPE is ignored in Python), and the buffered
+    layers above drop the rest without an error; writing the rest raises EPIPE."""
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            written = super().write(view[done:])
+            if written is None:  # a non-blocking descriptor: leave it to the caller
+                break
+            done += written
+        return done
+
+
+def _stdout_written_whole() -> None:
+    """Put stdout on ``_WholeWrites`` when it is a real descriptor (not under a test
+    runner's capture), keeping its encoding and line buffering."""
+    current = sys.stdout
+    try:
+        fd = current.fileno()
+        current.flush()
+    except (AttributeError, OSError, ValueError):
+        return
+    if not isinstance(current, io.TextIOWrapper):
+        return
+    raw = _WholeWrites(fd, "w", closefd=False)
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=current.encoding,
+        errors=current.errors,
+        line_buffering=current.line_buffering,
+    )
+
+
 class CassetteGroup(click.Group):
     """The root group: maps every exception of its commands at one point.
 
@@ -137,6 +174,7 @@ class CassetteGroup(click.Group):
     ) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
+        _stdout_written_whole()
         try:
             status = super().main(args, prog_name, complete_var, False, **extra)
         except BrokenPipeError:

@@ -76,7 +76,8 @@ def suggest_causes(
 ) -> list[dict[str, Any]]:
     """Candidate causes, newest first, each with its reason. Proposals only: nothing is
     written, and `caused_by` stays what the orchestrator observed."""
-    named = [n for n, v in (("--plan", plan), ("--session", session), ("--intent", intent)) if v]
+    given = (("--plan", plan), ("--session", session), ("--intent", intent))
+    named = [name for name, value in given if value is not None]
     if action_id is not None and (named or at is not None):
         raise click.UsageError(
             "--action takes its scope with --scope; no --plan, --session,"
