@@ -59,6 +59,18 @@ class InputFile(_ParamType):
             raise Refusal(error.code.value, f"{option}{error.message}", EXIT_USAGE) from error
         return text
 
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[Any]:
+        return _complete_paths("file", incomplete)
+
+
+def _complete_paths(kind: str, incomplete: str) -> list[Any]:
+    """What click.Path offers a shell: let the shell complete file or directory names."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type=kind)]
+
 
 class InputDirectory(_ParamType):
     """A directory named as such (seals, worker keys): a real one, not a link to one."""
@@ -84,6 +96,11 @@ class InputDirectory(_ParamType):
             option = _option_name(param)
             raise Refusal(error.code.value, f"{option}{error.message}", EXIT_USAGE) from error
         return text
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[Any]:
+        return _complete_paths("dir", incomplete)
 
 
 class InputLedger(InputFile):
