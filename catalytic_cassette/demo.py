@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import safe_files
 from .cassette import MessageCassette
 from .errors import CassetteError, ErrorCode
 
@@ -44,14 +46,34 @@ def _worker(
     results.put((worker_id, done))
 
 
-def run_demo(db_path: str | None, *, workers: int = 3, echo: Echo = print) -> bool:
-    with tempfile.TemporaryDirectory(prefix="cassette-demo-") as scratch:
-        path = db_path or str(Path(scratch) / "demo.db")
-        if db_path and Path(db_path).exists():
+def run_demo(
+    db_path: str | None, *, workers: int = 3, echo: Echo = print, keep: bool = False
+) -> bool:
+    """The demo on ``db_path`` (a new file, kept), else on a temporary ledger of its own,
+    removed afterwards unless ``keep``. It removes only the directory it created."""
+    if db_path is not None:
+        if safe_files.lexists(db_path) or safe_files.lexists(f"{db_path}-wal"):
             raise CassetteError(
                 ErrorCode.INVALID_ARGUMENT, f"{db_path} exists; the demo needs a fresh file"
             )
-        return _story(path, workers, echo)
+        ok = _story(db_path, workers, echo)
+        echo(f"The ledger is kept at {db_path}: cassette --db {db_path} verify")
+        return ok
+    scratch = tempfile.mkdtemp(prefix="cassette-demo-")
+    path = str(Path(scratch) / "demo.db")
+    try:
+        ok = _story(path, workers, echo)
+    finally:
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if keep:
+        echo(f"The ledger is kept at {path}: cassette --db {path} verify")
+    else:
+        echo(
+            f"The temporary ledger {path} is removed (--keep keeps it; --db PATH writes the"
+            " demo where you say)."
+        )
+    return ok
 
 
 def _story(path: str, workers: int, echo: Echo) -> bool:

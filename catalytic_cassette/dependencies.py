@@ -150,6 +150,7 @@ def dependencies_of(
     intent) appended before it, within ``window_ms`` before its timestamp. Otherwise
     exactly one of plan_id, session_id, intent_id, and a time ``at_ms`` (default now).
     """
+    _scope(scope)  # whichever form is asked: a misspelt scope never passes unseen
     given = {k: v for k, v in (("plan", plan_id), ("session", session_id), ("intent", intent_id))}
     named = {k: v for k, v in given.items() if v is not None}
     if action_id is not None:
@@ -157,7 +158,6 @@ def dependencies_of(
             raise CassetteError(
                 ErrorCode.INVALID_ARGUMENT, "give an action, or a scope and a time, not both"
             )
-        _scope(scope)
         found = fetch(f"scope_row_{scope}", {"id": action_id})
         if not found:
             raise CassetteError(ErrorCode.NOT_FOUND, f"no action {action_id}")

@@ -99,7 +99,7 @@ class ErrorCode(str, Enum):
     SCHEMA_OUTDATED = "SCHEMA_OUTDATED"
     MIGRATION_FAILED = "MIGRATION_FAILED"
     DATABASE_ERROR = "DATABASE_ERROR"
-    USAGE = "USAGE"  # the CLI: an unknown option, a missing input file, a bad number
+    USAGE = "USAGE"  # the CLI: an unknown option, conflicting flags, a bad number
     MISSING_EXTRA = "MISSING_EXTRA"  # the command needs an optional extra not installed
     INTERRUPTED = "INTERRUPTED"  # the CLI: Ctrl-C
     PERMISSION_DENIED = "PERMISSION_DENIED"  # PostgreSQL: the session's role may not

@@ -26,6 +26,9 @@ SEAL_MAX_BYTES = 64 * 1024  # a checkpoint with at most 100 signature lines
 KEY_MAX_BYTES = 64 * 1024  # a PEM key is a few hundred bytes
 PROOF_MAX_BYTES = 64 * 1024 * 1024  # an entry body (a 16 MiB payload, escaped) and a path
 ARTIFACT_MAX_BYTES = 1024 * 1024 * 1024  # the largest artifact stored or read
+# An export bundle: its entries' bodies and proofs, read whole to be checked.
+BUNDLE_MAX_BYTES = 1024 * 1024 * 1024
+NO_CAP = 2**63 - 1  # a ledger or a backup: SQLite reads it by pages, never whole
 
 PUBLIC_MODE = 0o644
 PRIVATE_MODE = 0o600
@@ -61,6 +64,8 @@ def _unsafe(name: str, what: str, found: str) -> CassetteError:
 
 
 def _kind_of(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "a regular file, not a directory"
     if stat.S_ISLNK(mode):
         return "a symbolic link, never followed"
     if stat.S_ISFIFO(mode):
@@ -145,6 +150,42 @@ def open_regular(
         raise
     with handle:
         yield handle, info
+
+
+def check_named(
+    path: PathLike, *, what: str, max_bytes: int = NO_CAP, follow_link: bool = False
+) -> os.stat_result:
+    """What ``open_regular`` would refuse about a name, without opening it: not there, not
+    a regular file (a link unless ``follow_link``, a FIFO, a device, a directory), over
+    its cap, or not readable. The CLI asks this of every path on its command line before
+    any work; the read itself checks again on its descriptor."""
+    name = os.fspath(path)
+    try:
+        seen = os.stat(path, follow_symlinks=follow_link)
+    except OSError as exc:
+        raise refusal(exc, name, what) from exc
+    if not stat.S_ISREG(seen.st_mode):
+        raise _unsafe(name, what, _kind_of(seen.st_mode))
+    if seen.st_size > max_bytes:
+        raise _too_large(name, what, max_bytes)
+    if not os.access(path, os.R_OK, follow_symlinks=follow_link):
+        raise CassetteError(ErrorCode.CANNOT_OPEN, f"{what} {name} may not be read", path=name)
+    return seen
+
+
+def check_directory(path: PathLike, *, what: str) -> None:
+    """A real directory (not a link to one) that may be listed, or a coded refusal."""
+    name = os.fspath(path)
+    try:
+        seen = os.stat(path, follow_symlinks=False)
+    except OSError as exc:
+        raise refusal(exc, name, what) from exc
+    if not stat.S_ISDIR(seen.st_mode):
+        raise CassetteError(
+            ErrorCode.UNSAFE_PATH, f"{what} {name} is {_kind_of(seen.st_mode)}", path=name
+        )
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise CassetteError(ErrorCode.CANNOT_OPEN, f"{what} {name} may not be read", path=name)
 
 
 def require_regular(path: PathLike, *, what: str) -> None:

@@ -70,11 +70,26 @@ def _read_key(path: str | os.PathLike[str], what: str, private: bool) -> bytes:
             path, what=what, max_bytes=safe_files.KEY_MAX_BYTES, private=private
         )
     except CassetteError as error:
+        if private and error.code is ErrorCode.KEY_PERMISSIONS and _is_public_key(path):
+            # a readable .pub given where the .key belongs: say that, not "chmod 600"
+            raise CassetteError(
+                ErrorCode.KEY_ERROR,
+                f"{os.fspath(path)} is a public key; a private key is needed here"
+                " (keygen writes PREFIX.key beside PREFIX.pub)",
+            ) from error
         if error.code in (ErrorCode.NOT_FOUND, ErrorCode.CANNOT_OPEN):
             raise CassetteError(
                 ErrorCode.KEY_ERROR, f"cannot load {what} {os.fspath(path)}: {error.message}"
             ) from error
         raise
+
+
+def _is_public_key(path: str | os.PathLike[str]) -> bool:
+    try:
+        data = safe_files.read_file(path, what="key", max_bytes=safe_files.KEY_MAX_BYTES)
+    except CassetteError:
+        return False
+    return data.lstrip().startswith(b"-----BEGIN PUBLIC KEY-----")
 
 
 def load_private(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
@@ -85,6 +100,10 @@ def load_private(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
+        if data.lstrip().startswith(b"-----BEGIN PUBLIC KEY-----"):
+            raise CassetteError(
+                ErrorCode.KEY_ERROR, f"{path} is a public key; a private key is needed here"
+            ) from exc
         raise CassetteError(ErrorCode.KEY_ERROR, f"cannot load private key {path}: {exc}") from exc
     if not isinstance(key, Ed25519PrivateKey):
         raise CassetteError(ErrorCode.KEY_ERROR, f"{path} is not an Ed25519 private key")

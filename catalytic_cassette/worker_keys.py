@@ -18,14 +18,13 @@ import base64
 import hashlib
 import os
 import sqlite3
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from . import signing
+from . import safe_files, signing
 from .errors import CassetteError, ErrorCode, translate
 
 if TYPE_CHECKING:
@@ -224,17 +223,11 @@ def load_pinned_keys(directory: str | os.PathLike[str]) -> dict[str, PinnedKey]:
 
 
 def _read_regular(path: str) -> bytes:
+    """A pinned key's bytes through ``safe_files`` (a regular file, no link, capped)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise CassetteError(ErrorCode.KEY_ERROR, f"cannot open {path}: {exc}") from exc
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise CassetteError(ErrorCode.KEY_ERROR, f"{path} is not a regular file")
-        data = handle.read(MAX_PUBLIC_KEY_BYTES + 1)
-    if len(data) > MAX_PUBLIC_KEY_BYTES:
-        raise CassetteError(ErrorCode.KEY_ERROR, f"{path} is too large for a public key")
-    return data
+        return safe_files.read_file(path, what="public key", max_bytes=MAX_PUBLIC_KEY_BYTES)
+    except CassetteError as error:  # every reason a pinned key is unusable: KEY_ERROR
+        raise CassetteError(ErrorCode.KEY_ERROR, error.message) from error
 
 
 @dataclass(frozen=True)

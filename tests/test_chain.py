@@ -1560,7 +1560,7 @@ def test_cli_keygen_sign_and_verify(cli_db: Path, tmp_path: Path) -> None:
     assert report["journal_rows"] == 2
 
     missing = invoke(cli_db, "verify", "--action-key", str(tmp_path / "missing.pub"))
-    assert_refused(missing, "USAGE", exit_code=2)  # a missing input file is a usage error
+    assert_refused(missing, "NOT_FOUND", exit_code=2)  # a missing input file: usage, exit 2
     bad_key = invoke(
         cli_db,
         "action",
@@ -1571,7 +1571,7 @@ def test_cli_keygen_sign_and_verify(cli_db: Path, tmp_path: Path) -> None:
         "nope.key",
         stdin=json.dumps(act()),
     )
-    assert_refused(bad_key, "USAGE", exit_code=2)
+    assert_refused(bad_key, "NOT_FOUND", exit_code=2)
 
     out(_append(cli_db, act(action_id=uid(9))))  # unsigned
     failed = invoke(cli_db, "verify", "--json", "--action-key", f"{prefix}.pub")

@@ -416,7 +416,7 @@ BAD_INPUT = [
     pytest.param(
         ("requeue", "--run-id", "r1", "--max-attempts", "0"),
         None,
-        "INVALID_ARGUMENT",
+        "USAGE",
         id="max-attempts-zero",
     ),
     pytest.param(
@@ -1322,8 +1322,9 @@ class TestDemo:
     """``cassette demo``."""
 
     def test_demo_in_subprocess(self, tmp_path: Path) -> None:
+        """`cassette --db PATH demo` writes there, says so and keeps it; nothing else."""
         result = subprocess.run(
-            [cassette_script(), "demo"],
+            [cassette_script(), "--db", "demo.db", "demo"],
             capture_output=True,
             env=_env(),
             cwd=tmp_path,
@@ -1335,4 +1336,5 @@ class TestDemo:
         assert PASS in text
         assert "STALE_FENCING_TOKEN" in text
         assert "Traceback" not in text
-        assert list(tmp_path.iterdir()) == []
+        assert "Ledger: demo.db" in text and "kept at demo.db" in text
+        assert [p.name for p in tmp_path.iterdir()] == ["demo.db"]

@@ -224,20 +224,21 @@ def test_a_payload_that_is_not_an_object_is_refused_as_by_post(db_path: Path) ->
     assert counts(db_path)["messages"] == 0
 
 
-def test_an_overlong_line_is_refused_and_skipped_whole(
+def test_an_overlong_line_is_refused_and_ends_the_input(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Read to its cap and no further, like every JSON input of the CLI: an endless
+    device or a huge file never hangs the batch. The lines before it stand."""
     assert batch_module.MAX_LINE_BYTES == MAX_PAYLOAD_BYTES  # a line holds a payload file
-    monkeypatch.setattr(batch_module, "MAX_LINE_BYTES", 64)
+    monkeypatch.setattr(batch_module, "MAX_LINE_BYTES", 120)
+    first = line("post", payload={"t": 1}, run_id=RUN, source="USER")
     long_line = json.dumps(line("post", payload={"t": "x" * 200}, run_id=RUN, source="USER"))
-    result, answers = run(db_path, long_line, line("status", run_id=RUN))
-    assert result.exit_code == 2
-    assert answers[0] == {
-        "line": 1,
-        "ok": False,
-        "error": {"code": "USAGE", "message": "the line is longer than 64 bytes"},
-    }
-    assert answers[1]["line"] == 2 and answers[1]["result"]["messages"] == 0
+    result, answers = run(db_path, first, long_line, line("status", run_id=RUN))
+    assert result.exit_code == 1
+    assert answers[0]["ok"] is True
+    assert answers[1]["line"] == 2 and answers[1]["error"]["code"] == "PAYLOAD_TOO_LARGE"
+    assert len(answers) == 2  # nothing after it was read
+    assert counts(db_path)["messages"] == 1
 
 
 def test_input_from_a_file_and_a_missing_file(db_path: Path, tmp_path: Path) -> None:

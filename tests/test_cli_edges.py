@@ -392,11 +392,13 @@ class TestProve:
         args = ("0",) if kind == "inclusion" else (str(ledger["pub"]),)
         answered(invoke(ledger["db"], "prove", kind, *args, "--out", target), "USAGE", 2)
 
-    @pytest.mark.parametrize("seal", ["missing.seal", "."])
+    @pytest.mark.parametrize(
+        ("seal", "code"), [("missing.seal", "NOT_FOUND"), (".", "UNSAFE_PATH")]
+    )
     def test_a_missing_or_directory_seal_is_a_usage_error(
-        self, ledger: dict[str, Any], seal: str
+        self, ledger: dict[str, Any], seal: str, code: str
     ) -> None:
-        answered(invoke(ledger["db"], "prove", "inclusion", "0", "--seal", seal), "USAGE", 2)
+        answered(invoke(ledger["db"], "prove", "inclusion", "0", "--seal", seal), code, 2)
 
 
 class TestSeal:

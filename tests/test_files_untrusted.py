@@ -258,7 +258,8 @@ class TestSealReads:
         shutil.move(sealed["seal"]["path"], elsewhere)
         (sealed["seals"] / "moved.seal").symlink_to(elsewhere)
         refused(_verify_against(sealed, sealed["seals"]), "UNSAFE_PATH", exit_code=3)
-        refused(_verify_against(sealed, sealed["seals"] / "moved.seal"), "UNSAFE_PATH", 3)
+        # named on the command line: wrong before anything is read, a usage error
+        refused(_verify_against(sealed, sealed["seals"] / "moved.seal"), "UNSAFE_PATH", 2)
         assert ok(_verify_against(sealed, elsewhere))["ok"] is True
 
     def test_a_fifo_or_device_named_as_the_seal_file_is_refused(
@@ -266,13 +267,13 @@ class TestSealReads:
     ) -> None:
         fifo = sealed["tmp"] / "fifo.seal"
         os.mkfifo(fifo)
-        refused(promptly(lambda: _verify_against(sealed, fifo), fifos=(fifo,)), "UNSAFE_PATH", 3)
+        refused(promptly(lambda: _verify_against(sealed, fifo), fifos=(fifo,)), "UNSAFE_PATH", 2)
         assert code_of(lambda: load_anchors("/dev/zero")) is ErrorCode.UNSAFE_PATH
 
     def test_a_seal_directory_that_is_a_link_is_refused(self, sealed: dict[str, Any]) -> None:
         link = sealed["tmp"] / "seals-link"
         link.symlink_to(sealed["seals"], target_is_directory=True)
-        refused(_verify_against(sealed, link), "UNSAFE_PATH", exit_code=3)
+        refused(_verify_against(sealed, link), "UNSAFE_PATH", exit_code=2)
 
     def test_an_oversized_seal_is_refused_before_it_is_read(self, sealed: dict[str, Any]) -> None:
         huge = sealed["seals"] / "huge.seal"
@@ -459,7 +460,7 @@ class TestKeys:
         result = promptly(
             lambda: run(sealed["db"], "verify", "--action-key", str(fifo)), fifos=(fifo,)
         )
-        refused(result, "UNSAFE_PATH", exit_code=3)
+        refused(result, "UNSAFE_PATH", exit_code=2)
 
     def test_keygen_never_writes_through_a_planted_link(self, tmp_path: Path) -> None:
         target = victim(tmp_path)
@@ -482,7 +483,7 @@ class TestProofs:
         args = ["verify-proof", str(fifo), "--public-key", str(sealed["pub"])]
         args += ["--origin", sealed["seal"]["origin"]]
         result = promptly(lambda: CliRunner().invoke(cli, args), fifos=(fifo,))
-        refused(result, "UNSAFE_PATH", exit_code=3)
+        refused(result, "UNSAFE_PATH", exit_code=2)
 
     def test_a_fifo_as_the_seal_to_prove_under_does_not_hang(self, sealed: dict[str, Any]) -> None:
         fifo = sealed["tmp"] / "seal.fifo"
@@ -491,7 +492,7 @@ class TestProofs:
             lambda: run(sealed["db"], "prove", "inclusion", "0", "--seal", str(fifo)),
             fifos=(fifo,),
         )
-        refused(result, "UNSAFE_PATH")
+        refused(result, "UNSAFE_PATH", exit_code=2)
 
     def test_a_proof_is_never_written_through_a_link(self, sealed: dict[str, Any]) -> None:
         absent = sealed["tmp"] / "created-elsewhere"

@@ -129,6 +129,8 @@ def test_candidates_are_the_newest_of_the_scope_within_the_window(
         {"plan_id": "p", "window_ms": True},
         {"action_id": "x", "plan_id": "p"},
         {"action_id": "x", "scope": "project"},
+        {"plan_id": "p", "scope": "project"},  # a bad scope is refused in either form
+        {"session_id": "s", "scope": ""},
     ],
 )
 def test_a_bad_dependency_query_is_refused(chain: CausalChain, query: dict[str, Any]) -> None:
@@ -418,7 +420,7 @@ def test_cli_newest_first_and_latest(chain: CausalChain, clock: ManualClock, db_
     assert out(invoke(db_path, "latest", "--plan", "nope")) is None
     assert invoke(db_path, "latest", "--plan", "p", "--session", "s").exit_code == 2
     before = file_digest(db_path)
-    assert_refused(invoke(db_path, "actions", "--after", "tomorrow"), "INVALID_ARGUMENT")
+    assert_refused(invoke(db_path, "actions", "--after", "tomorrow"), "USAGE", exit_code=2)
     assert file_digest(db_path) == before
 
 
@@ -433,7 +435,7 @@ def test_cli_suggest_causes(chain: CausalChain, clock: ManualClock, db_path: Pat
     assert [c["action_id"] for c in at] == [stored[1].action_id, stored[0].action_id]
     before = file_digest(db_path)
     assert_refused(
-        invoke(db_path, "suggest-causes", "--plan", "p", "--session", "s"), "INVALID_ARGUMENT"
+        invoke(db_path, "suggest-causes", "--plan", "p", "--session", "s"), "USAGE", exit_code=2
     )
     assert file_digest(db_path) == before
 

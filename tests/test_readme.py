@@ -1,5 +1,8 @@
 """README.md runs as written: every bash, sh, python and console block, in order, in one
 empty directory, as a new user following it would; shown `$` output is compared.
+A block marked ``<!-- needs: the clone's scripts/ -->`` runs in a second directory that
+has the clone's ``scripts/`` (as the README tells its reader); every other block runs in
+one that holds nothing but what the blocks before it wrote.
 
 A block that is not meant to run is marked by an HTML comment on the line before it,
 ``<!-- not run: reason -->``; there must be few of them (counted below). A block the
@@ -27,6 +30,7 @@ SHOWN_ONLY = {"", "sql", "mermaid", "text", "toml"}  # never executed: code or o
 NOT_RUN = re.compile(r"^<!-- not run: (.+) -->$")
 FILE = re.compile(r"^<!-- file: ([\w.-]+) -->$")
 OUTPUT_OF = re.compile(r"^<!-- output of: (.+) -->$")
+NEEDS_CLONE = "<!-- needs: the clone's scripts/ -->"
 FENCE = re.compile(r"^```([\w-]*)\s*$")
 EXPECTED_NOT_RUN = 2  # installing the package, the test suite itself
 TIMEOUT_SECONDS = 180
@@ -40,6 +44,7 @@ class Block:
     not_run: str | None  # the reason, when marked
     file_name: str | None = None  # written to this file, when marked
     output_of: str | None = None  # the command whose output the block shows, when marked
+    needs_clone: bool = False  # runs where the clone's scripts/ is
 
 
 def readme_blocks(text: str) -> list[Block]:
@@ -57,8 +62,14 @@ def readme_blocks(text: str) -> list[Block]:
         while index < len(lines) and lines[index].strip() != "```":
             body.append(lines[index])
             index += 1
-        before = lines[start - 1] if start > 0 else ""
-        marker, named, output = NOT_RUN.match(before), FILE.match(before), OUTPUT_OF.match(before)
+        comments = []  # the marker lines right above the fence
+        above = start - 1
+        while above >= 0 and lines[above].startswith("<!-- "):
+            comments.append(lines[above])
+            above -= 1
+        marker = next(filter(None, map(NOT_RUN.match, comments)), None)
+        named = next(filter(None, map(FILE.match, comments)), None)
+        output = next(filter(None, map(OUTPUT_OF.match, comments)), None)
         blocks.append(
             Block(
                 start + 1,
@@ -67,6 +78,7 @@ def readme_blocks(text: str) -> list[Block]:
                 marker.group(1) if marker else None,
                 named.group(1) if named else None,
                 output.group(1) if output else None,
+                NEEDS_CLONE in comments,
             )
         )
         index += 1
@@ -169,19 +181,35 @@ def test_the_harness_finds_blocks_and_compares_output(tmp_path: Path) -> None:
     assert (tmp_path / "a.sql").read_text() == "SELECT 1;\n"
     diagram = readme_blocks("<!-- output of: echo a -->\n```mermaid\nb\n```\n")[0]
     assert "instead of" in str(run_block(diagram, tmp_path))
+    marked = readme_blocks(f"{NEEDS_CLONE}\n<!-- output of: echo a -->\n```text\na\n```\n")[0]
+    assert marked.needs_clone and marked.output_of == "echo a" and not diagram.needs_clone
     shown_on_stderr = readme_blocks("```console\n$ echo oops >&2; false\noops\n```\n")[0]
     assert run_block(shown_on_stderr, tmp_path) is None
 
 
+def test_every_block_that_runs_the_clones_scripts_says_so() -> None:
+    runs = [b for b in BLOCKS if b.language in RUNNABLE or b.output_of]
+    unmarked = [b.line for b in runs if "scripts/" in b.text and not b.needs_clone]
+    assert unmarked == [] and all(b.not_run is None for b in BLOCKS if b.needs_clone)
+    assert sum(b.needs_clone for b in BLOCKS) == 7  # as the README's introduction counts
+
+
 @pytest.mark.slow
 def test_readme_blocks_run_as_written_in_order(tmp_path: Path) -> None:
-    # From a clone: the scripts the README names are where a clone has them.
-    (tmp_path / "scripts").symlink_to(ROOT / "scripts", target_is_directory=True)
+    empty, clone = tmp_path / "empty", tmp_path / "clone"
+    empty.mkdir()
+    clone.mkdir()
+    # Where a clone has them: the scripts the marked blocks name.
+    (clone / "scripts").symlink_to(ROOT / "scripts", target_is_directory=True)
     runnable = [
         b
         for b in BLOCKS
         if b.not_run is None and (b.language in RUNNABLE or b.file_name or b.output_of)
     ]
     assert len(runnable) >= 8  # the README's examples, not an empty selection
-    failures = [failure for b in runnable if (failure := run_block(b, tmp_path)) is not None]
+    failures = [
+        failure
+        for b in runnable
+        if (failure := run_block(b, clone if b.needs_clone else empty)) is not None
+    ]
     assert failures == [], "\n\n".join(failures)

@@ -13,7 +13,16 @@ import click
 from .boundary import EXIT_CANNOT_VERIFY, emit
 from .commands import Settings
 from .output import progress_bar
-from .params import INPUT_FILE, OUTPUT_FILE, OUTPUT_FILE_OR_DIR, OUTPUT_LEDGER
+from .params import (
+    BACKUP_FILE,
+    OUTPUT_FILE,
+    OUTPUT_FILE_OR_DIR,
+    OUTPUT_LEDGER,
+    PRIVATE_KEY,
+    PROOF_FILE,
+    PUBLIC_KEY,
+    SEAL_FILE,
+)
 
 if TYPE_CHECKING:
     import sqlite3
@@ -85,7 +94,7 @@ def _read_seal(path: str) -> bytes:
 @click.option(
     "--key",
     "key_path",
-    type=INPUT_FILE,
+    type=PRIVATE_KEY,
     required=True,
     help="Ed25519 private key (cassette keygen).",
 )
@@ -143,7 +152,7 @@ def _inclusion(ctx: click.Context, seq: int, seal_file: str | None, out: str | N
 @prove.command("inclusion")
 @click.argument("seq", type=click.IntRange(min=0))
 @click.option(
-    "--seal", "seal_file", type=INPUT_FILE, default=None, help="Seal file (default: newest)."
+    "--seal", "seal_file", type=SEAL_FILE, default=None, help="Seal file (default: newest)."
 )
 @click.option(
     "--out", type=OUTPUT_FILE, default=None, help="Write the proof here (default: stdout)."
@@ -159,7 +168,7 @@ def prove_inclusion_command(
 @prove.command("receipt")
 @click.argument("receipt_id", type=click.IntRange(min=1))
 @click.option(
-    "--seal", "seal_file", type=INPUT_FILE, default=None, help="Seal file (default: newest)."
+    "--seal", "seal_file", type=SEAL_FILE, default=None, help="Seal file (default: newest)."
 )
 @click.option(
     "--out", type=OUTPUT_FILE, default=None, help="Write the proof here (default: stdout)."
@@ -177,8 +186,8 @@ def prove_receipt(
 
 
 @prove.command("consistency")
-@click.argument("old_seal", type=INPUT_FILE)
-@click.argument("new_seal", type=INPUT_FILE, required=False)
+@click.argument("old_seal", type=SEAL_FILE)
+@click.argument("new_seal", type=SEAL_FILE, required=False)
 @click.option(
     "--out", type=OUTPUT_FILE, default=None, help="Write the proof here (default: stdout)."
 )
@@ -199,9 +208,9 @@ def prove_consistency_command(
 
 
 @click.command("verify-proof")
-@click.argument("proof_file", type=INPUT_FILE)
+@click.argument("proof_file", type=PROOF_FILE)
 @click.option(
-    "--public-key", type=INPUT_FILE, required=True, help="The ledger's Ed25519 public key (PEM)."
+    "--public-key", type=PUBLIC_KEY, required=True, help="The ledger's Ed25519 public key (PEM)."
 )
 @click.option("--origin", required=True, help="The ledger's origin, as you expect it.")
 @click.pass_context
@@ -229,7 +238,7 @@ def verify_proof(ctx: click.Context, proof_file: str, public_key: str, origin: s
 @click.option(
     "--key",
     "key_path",
-    type=INPUT_FILE,
+    type=PRIVATE_KEY,
     required=True,
     help="Ed25519 private key that seals the copy.",
 )
@@ -253,17 +262,17 @@ def backup(ctx: click.Context, dest: str, key_path: str, origin: str | None) -> 
 
 
 @click.command()
-@click.argument("source", type=INPUT_FILE)
+@click.argument("source", type=BACKUP_FILE)
 @click.argument("dest", type=OUTPUT_LEDGER)
 @click.option(
     "--public-key",
-    type=INPUT_FILE,
+    type=PUBLIC_KEY,
     required=True,
     help="Public key the backup's seal must verify under.",
 )
 @click.option("--origin", required=True, help="The origin the seal must name.")
 @click.option(
-    "--seal", "seal_file", type=INPUT_FILE, default=None, help="Seal file (default: SOURCE.seal)."
+    "--seal", "seal_file", type=SEAL_FILE, default=None, help="Seal file (default: SOURCE.seal)."
 )
 def restore(source: str, dest: str, public_key: str, origin: str, seal_file: str | None) -> None:
     """Copy backup SOURCE to DEST only if it verifies and is exactly what its seal signed

@@ -165,16 +165,16 @@ def _parse(raw: bytes) -> tuple[Callable[[MessageCassette, dict[str, Any]], Any]
 
 
 def _lines(stream: IO[bytes]) -> Iterator[bytes | None]:
-    """Each line's bytes, or None for a line longer than MAX_LINE_BYTES (then skipped)."""
+    """Each line's bytes; None for a line longer than MAX_LINE_BYTES, which ends the
+    input: the stream is read no further than its cap (an endless device, a huge file),
+    as every JSON input of the CLI is."""
     while True:
         raw = stream.readline(MAX_LINE_BYTES + 1)
         if not raw:
             return
         if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-            while raw and not raw.endswith(b"\n"):  # the rest of the long line
-                raw = stream.readline(MAX_LINE_BYTES)
             yield None
-            continue
+            return
         yield raw
 
 
@@ -206,7 +206,10 @@ def run_batch(cassette: MessageCassette, stream: IO[bytes], out: IO[bytes]) -> R
         answered += 1
         try:
             if raw is None:
-                raise _Malformed(f"the line is longer than {MAX_LINE_BYTES} bytes")
+                raise CassetteError(
+                    ErrorCode.PAYLOAD_TOO_LARGE,
+                    f"the line is longer than {MAX_LINE_BYTES} bytes: the input is read no further",
+                )
             call, args = _parse(raw)
             result = call(cassette, args)
         except _Malformed as exc:

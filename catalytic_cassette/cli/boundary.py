@@ -1,12 +1,14 @@
 """The CLI's one boundary: every exception becomes one stderr line and a documented exit.
 
-The exit-code contract (README, "Exit status") lives here and only here:
-0 success, 1 refused, 2 usage, 3 cannot verify, 130 interrupted, 141 reader went away.
-Commands never pick an exit status for an error; they raise, and this module maps.
+The rule is written once, in README.md, "Exit status": 0 success, 1 refused, 2 usage
+(anything wrong before the ledger is asked; cli/params.py checks paths, sets and numbers
+while parsing), 3 cannot verify, 130 interrupted, 141 reader went away. Commands never
+pick an exit status for an error; they raise, and this module maps.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import sqlite3
 import sys
@@ -87,6 +89,42 @@ def _silence_stdout() -> None:
         pass
 
 
+class _WholeWrites(io.FileIO):
+    """stdout's file, written whole or not at all: a pipe whose reader leaves while a
+    write blocks returns a short count (SIGPIPE is ignored in Python), and the buffered
+    layers above drop the rest without an error; writing the rest raises EPIPE."""
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            written = super().write(view[done:])
+            if written is None:  # a non-blocking descriptor: leave it to the caller
+                break
+            done += written
+        return done
+
+
+def _stdout_written_whole() -> None:
+    """Put stdout on ``_WholeWrites`` when it is a real descriptor (not under a test
+    runner's capture), keeping its encoding and line buffering."""
+    current = sys.stdout
+    try:
+        fd = current.fileno()
+        current.flush()
+    except (AttributeError, OSError, ValueError):
+        return
+    if not isinstance(current, io.TextIOWrapper):
+        return
+    raw = _WholeWrites(fd, "w", closefd=False)
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=current.encoding,
+        errors=current.errors,
+        line_buffering=current.line_buffering,
+    )
+
+
 class CassetteGroup(click.Group):
     """The root group: maps every exception of its commands at one point.
 
@@ -101,6 +139,21 @@ class CassetteGroup(click.Group):
         name, command, rest = super().resolve_command(ctx, args)
         ctx.meta[_COMMAND_KEY] = name
         return name, command, rest
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        # The root's own output while parsing (--help, --version): click's main would
+        # answer a closed pipe there with exit 1.
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except BrokenPipeError:
+            _silence_stdout()
+            raise click.exceptions.Exit(EXIT_BROKEN_PIPE) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -124,6 +177,7 @@ class CassetteGroup(click.Group):
     ) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
+        _stdout_written_whole()
         try:
             status = super().main(args, prog_name, complete_var, False, **extra)
         except BrokenPipeError:

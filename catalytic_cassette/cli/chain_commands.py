@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ import click
 from .boundary import emit
 from .commands import Settings
 from .output import output_options
-from .params import INPUT_FILE, OUTPUT_FILE
+from .params import OUTPUT_FILE, PRIVATE_KEY, TIME, ChoiceOf, renamed
 
 if TYPE_CHECKING:
     from ..actions import Action
@@ -53,10 +54,11 @@ def action() -> None:
 @click.option(
     "--signing-key",
     envvar="CASSETTE_SIGNING_KEY",
-    type=INPUT_FILE,
+    type=PRIVATE_KEY,
     default=None,
     help="Ed25519 private key file (from `cassette keygen`); signs each action.",
 )
+@renamed("--json", "--actions")
 @output_options
 @click.pass_context
 def action_append(ctx: click.Context, source: IO[bytes], signing_key: str | None) -> list[Action]:
@@ -76,19 +78,35 @@ def action_show(ctx: click.Context, action_id: str) -> None:
     emit(open_chain(ctx, read_only=True).get_action(action_id).to_dict())
 
 
+def _action_types() -> tuple[str, ...]:
+    from ..actions import ACTION_TYPES
+
+    return ACTION_TYPES
+
+
 @click.command()
 @click.option("--plan", default=None, help="Only this plan_id.")
 @click.option("--intent", default=None, help="Only this intent_id.")
 @click.option("--session", default=None, help="Only this session_id.")
-@click.option("--type", "action_type", default=None, help="Only this action_type.")
+@click.option(
+    "--type",
+    "action_type",
+    type=ChoiceOf(_action_types),
+    default=None,
+    help="Only this action_type.",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N actions.")
 @click.option(
     "--offset", type=click.IntRange(min=0), default=0, help="Skip the first N matching actions."
 )
 @click.option("--function", "function_name", default=None, help="Only this function_name.")
 @click.option("--since-seq", type=int, default=None, help="Only action_seq greater than N.")
-@click.option("--after", default=None, help="Only timestamp >= T (ISO 8601 or epoch ms).")
-@click.option("--before", default=None, help="Only timestamp < T (ISO 8601 or epoch ms).")
+@click.option(
+    "--after", type=TIME, default=None, help="Only timestamp >= T (ISO 8601 or epoch ms)."
+)
+@click.option(
+    "--before", type=TIME, default=None, help="Only timestamp < T (ISO 8601 or epoch ms)."
+)
 @click.option("--desc", is_flag=True, help="Newest first (with --limit 1: the latest).")
 @output_options
 @click.pass_context
@@ -102,12 +120,13 @@ def actions(
     offset: int,
     function_name: str | None,
     since_seq: int | None,
-    after: str | None,
-    before: str | None,
+    after: int | None,
+    before: int | None,
     desc: bool,
 ) -> Iterator[Action]:
     """List actions in insertion order (--desc: newest first), streamed as they are read."""
-    return open_chain(ctx, read_only=True).iter_actions(
+    chain = open_chain(ctx, read_only=True)
+    rows = chain.iter_actions(
         plan_id=plan,
         intent_id=intent,
         session_id=session,
@@ -120,6 +139,28 @@ def actions(
         before=before,
         newest_first=desc,
     )
+    return rows if function_name is None else _unless_unknown(chain, function_name, iter(rows))
+
+
+def _unless_unknown(chain: CausalChain, name: str, rows: Iterator[Action]) -> Iterator[Action]:
+    """The rows; when none match, a function name the ledger has never seen is refused
+    with the names it has (a typo answers, not an empty list)."""
+    first = next(rows, None)
+    if first is not None:
+        return itertools.chain([first], rows)
+    known = sorted({str(group["function"]) for group in chain.metrics("function")})
+    if name not in known:
+        from ..errors import CassetteError, ErrorCode
+
+        shown = ", ".join(known[:_SHOWN_NAMES]) + (", ..." if len(known) > _SHOWN_NAMES else "")
+        raise CassetteError(
+            ErrorCode.NOT_FOUND,
+            f"no action has function_name {name!r}; the ledger's: {shown or 'none'}",
+        )
+    return iter(())
+
+
+_SHOWN_NAMES = 20
 
 
 @click.command()

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from ..lease_limits import DEFAULT_TTL_SECONDS
 from .boundary import EXIT_CANNOT_VERIFY, CassetteGroup, emit
-from .params import EXISTING_DIR, INPUT_FILE, INPUT_FILE_OR_DIR
+from .params import (
+    INPUT_LEDGER,
+    KEY_DIRECTORY,
+    OUTPUT_FILE,
+    OUTPUT_LEDGER,
+    PRIVATE_KEY,
+    PUBLIC_KEY,
+    SEAL_DIRECTORY,
+    SEAL_FILE_OR_DIR,
+)
 
 if TYPE_CHECKING:
     from ..cassette import MessageCassette
@@ -114,14 +125,14 @@ def _read_object(stream: IO[bytes], what: str) -> dict[str, Any]:
 @click.option(
     "--seal-dir",
     envvar="CASSETTE_SEAL_DIR",
-    type=EXISTING_DIR,
+    type=SEAL_DIRECTORY,
     default=None,
     help="Seal automatically into this directory (env CASSETTE_SEAL_DIR); needs --seal-key.",
 )
 @click.option(
     "--seal-key",
     envvar="CASSETTE_SEAL_KEY",
-    type=INPUT_FILE,
+    type=PRIVATE_KEY,
     default=None,
     help="Private key for automatic seals (env CASSETTE_SEAL_KEY).",
 )
@@ -154,7 +165,8 @@ def cli(
     """A DB-first, tamper-evident execution ledger on SQLite.
 
     Results are JSON on stdout. Exit 0 success, 1 refused (one line on stderr
-    holding its stable code), 2 usage, 3 cannot verify, 130 interrupted.
+    holding its stable code), 2 usage (anything wrong before the ledger is asked,
+    a bad path included), 3 cannot verify, 130 interrupted, 141 stdout closed.
     """
     if (seal_dir is None) != (seal_key is None):
         raise click.UsageError("automatic sealing needs both --seal-dir and --seal-key")
@@ -180,9 +192,11 @@ def init(ctx: click.Context) -> None:
     "--payload",
     "payload_file",
     type=click.File("rb"),
-    required=True,
-    help="Payload JSON object file, or - for stdin.",
+    default=None,
+    help="Payload JSON object file, or - for stdin.  [required]",
 )
+# The original design's CLI reference spells it `post --json <file>`: still accepted.
+@click.option("--json", "json_file", type=click.File("rb"), default=None, hidden=True)
 @click.option("--run-id", required=True, help="The run this message belongs to.")
 @click.option("--source", required=True, help="USER, PLANNER, SYSTEM or WORKER.")
 @click.option(
@@ -190,12 +204,13 @@ def init(ctx: click.Context) -> None:
     default=None,
     help="Re-posting the same key and payload returns the same ids.",
 )
-@click.option("--worker-key", default=None, help=_WORKER_KEY_HELP)
+@click.option("--worker-key", type=PRIVATE_KEY, default=None, help=_WORKER_KEY_HELP)
 @click.option("--signer", default=None, help="With --worker-key: the worker that posts.")
 @click.pass_context
 def post(
     ctx: click.Context,
-    payload_file: IO[bytes],
+    payload_file: IO[bytes] | None,
+    json_file: IO[bytes] | None,
     run_id: str,
     source: str,
     idempotency_key: str | None,
@@ -203,6 +218,11 @@ def post(
     signer: str | None,
 ) -> None:
     """Post a message; print its message_id and first job_id."""
+    if payload_file is not None and json_file is not None:
+        raise click.UsageError("--json is the original spelling of --payload: give one")
+    payload_file = payload_file or json_file
+    if payload_file is None:
+        raise click.MissingParameter(ctx=click.get_current_context(), param_hint="'--payload'")
     _signer_needs_key(signer, worker_key)
     payload = _read_object(payload_file, "payload")
     cassette = _open(ctx, _worker_key(worker_key, signer))
@@ -220,7 +240,7 @@ def post(
     show_default=True,
     help="Lease length in seconds.",
 )
-@click.option("--worker-key", default=None, help=_WORKER_KEY_HELP)
+@click.option("--worker-key", type=PRIVATE_KEY, default=None, help=_WORKER_KEY_HELP)
 @click.pass_context
 def claim(ctx: click.Context, run_id: str, worker: str, ttl: float, worker_key: str | None) -> None:
     """Lease the next pending step of a run (NO_PENDING_STEPS when none)."""
@@ -253,7 +273,7 @@ def claim(ctx: click.Context, run_id: str, worker: str, ttl: float, worker_key: 
     default=None,
     help=f"With --claim-next: the new lease's length in seconds.  [default: {DEFAULT_TTL_SECONDS}]",
 )
-@click.option("--worker-key", default=None, help=_WORKER_KEY_HELP)
+@click.option("--worker-key", type=PRIVATE_KEY, default=None, help=_WORKER_KEY_HELP)
 @click.pass_context
 def complete(
     ctx: click.Context,
@@ -299,11 +319,11 @@ def complete(
 @click.option("--token", type=int, default=None, help="The holder's fencing_token, for a release.")
 @click.option(
     "--max-attempts",
-    type=int,
+    type=click.IntRange(min=1),
     default=None,
     help="Close a step with an ABORTED receipt after this many claims.",
 )
-@click.option("--worker-key", default=None, help=_WORKER_KEY_HELP)
+@click.option("--worker-key", type=PRIVATE_KEY, default=None, help=_WORKER_KEY_HELP)
 @click.option(
     "--signer", default=None, help="With --worker-key: the worker requeueing (default --worker)."
 )
@@ -341,25 +361,26 @@ def status(ctx: click.Context, run_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option(
     "--against",
-    type=INPUT_FILE_OR_DIR,
+    type=SEAL_FILE_OR_DIR,
     default=None,
     help="A seal file, or a directory of *.seal files, kept outside the ledger.",
 )
 @click.option(
     "--public-key",
-    type=INPUT_FILE,
+    type=PUBLIC_KEY,
     default=None,
     help="The ledger's Ed25519 public key (PEM), which signed the seals; with --against.",
 )
 @click.option("--origin", default=None, help="With --against: the origin the seals must name.")
 @click.option(
     "--action-key",
-    type=INPUT_FILE,
+    type=PUBLIC_KEY,
     default=None,
     help="Check every action's signature against this public key (cassette keygen's .pub).",
 )
 @click.option(
     "--worker-keys",
+    type=KEY_DIRECTORY,
     default=None,
     help="A directory of <worker_id>.pub keys: check every worker attestation against them.",
 )
@@ -530,21 +551,39 @@ def migrate(ctx: click.Context, check: bool) -> None:
 
 @click.command()
 @click.option(
-    "--db", "demo_db", default=None, help="Write the demo ledger here instead of a temporary file."
+    "--db",
+    "demo_db",
+    type=OUTPUT_FILE,
+    default=None,
+    help="Write the demo ledger to this new file (as `cassette --db PATH demo`) and keep it;"
+    " default: a temporary ledger, removed afterwards.",
 )
+@click.option("--keep", is_flag=True, help="Keep the temporary ledger and print where it is.")
 @click.option("--workers", default=3, show_default=True, type=click.IntRange(1, 8))
-def demo(demo_db: str | None, workers: int) -> None:
+@click.pass_context
+def demo(ctx: click.Context, demo_db: str | None, keep: bool, workers: int) -> None:
     """Run the main job end to end on a fresh ledger and tell what happened."""
     from ..demo import run_demo
 
-    ok = run_demo(demo_db, workers=workers, echo=click.echo)
+    settings = ctx.find_object(Settings)
+    root = ctx.parent
+    named = root is not None and root.get_parameter_source("db") is not ParameterSource.DEFAULT
+    if named and settings is not None:  # `cassette --db PATH demo` (or CASSETTE_DB)
+        if settings.db.startswith(("postgresql://", "postgres://")):
+            raise click.UsageError("the demo writes a SQLite file: give --db a file name")
+        if demo_db is not None and demo_db != settings.db:
+            raise click.UsageError(f"two ledgers named: --db {settings.db} and demo --db {demo_db}")
+        demo_db = OUTPUT_FILE.convert(settings.db, None, ctx)
+    if demo_db is not None and os.path.lexists(demo_db):
+        raise click.UsageError(f"{demo_db} exists; the demo writes a new ledger")
+    ok = run_demo(demo_db, workers=workers, echo=click.echo, keep=keep)
     if not ok:
-        click.get_current_context().exit(1)
+        ctx.exit(1)
 
 
 @click.command("copy")
-@click.argument("source")
-@click.argument("dest")
+@click.argument("source", type=INPUT_LEDGER)
+@click.argument("dest", type=OUTPUT_LEDGER)
 @click.pass_context
 def copy_command(ctx: click.Context, source: str, dest: str) -> None:
     """Copy ledger SOURCE into DEST (files or postgresql:// URLs, either way) with its

@@ -6,18 +6,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
+from click.core import ParameterSource
 
-from .anchor_commands import _proving, _reading, _write_or_print
+from .anchor_commands import _proving, _read_seal, _reading, _write_or_print
 from .boundary import EXIT_CANNOT_VERIFY, emit
 from .chain_commands import open_chain
 from .commands import Settings
 from .output import output_options, render
-from .reasoning_commands import plan as plan_group
+from .params import BUNDLE_FILE, OUTPUT_FILE, PUBLIC_KEY, SEAL_FILE, TIME, ChoiceOf
 
 if TYPE_CHECKING:
     from ..follow import JournalReader
@@ -55,7 +55,9 @@ def latest(ctx: click.Context, plan: str | None, session: str | None, intent: st
 @click.option("--plan", default=None, help="Without --action: candidates in this plan.")
 @click.option("--session", default=None, help="... in this session.")
 @click.option("--intent", default=None, help="... in this intent.")
-@click.option("--at", default=None, help="Without --action: the time (ISO 8601 or epoch ms).")
+@click.option(
+    "--at", type=TIME, default=None, help="Without --action: the time (ISO 8601 or epoch ms)."
+)
 @click.option("--window-ms", type=click.IntRange(min=1), default=3_600_000, show_default=True)
 @click.option("--limit", type=click.IntRange(min=1, max=20), default=5, show_default=True)
 @output_options
@@ -67,21 +69,30 @@ def suggest_causes(
     plan: str | None,
     session: str | None,
     intent: str | None,
-    at: str | None,
+    at: int | None,
     window_ms: int,
     limit: int,
 ) -> list[dict[str, Any]]:
     """Candidate causes, newest first, each with its reason. Proposals only: nothing is
     written, and `caused_by` stays what the orchestrator observed."""
-    from ..timeline import parse_time
-
+    given = (("--plan", plan), ("--session", session), ("--intent", intent))
+    named = [name for name, value in given if value is not None]
+    if action_id is not None and (named or at is not None):
+        raise click.UsageError(
+            "--action takes its scope with --scope; no --plan, --session,"
+            " --intent or --at beside it"
+        )
+    if action_id is None and len(named) != 1:
+        raise click.UsageError("give --action, or exactly one of --plan, --session, --intent")
+    if action_id is None and ctx.get_parameter_source("scope") is not ParameterSource.DEFAULT:
+        raise click.UsageError("--scope goes with --action (else the scope is the option given)")
     return open_chain(ctx, read_only=True).detect_dependencies(
         plan_id=plan,
         session_id=session,
         intent_id=intent,
         action_id=action_id,
         scope=scope,
-        at_ms=None if at is None else parse_time(at),
+        at_ms=at,
         window_ms=window_ms,
         limit=limit,
     )
@@ -122,6 +133,12 @@ def _journal(ctx: click.Context) -> Iterator[JournalReader]:
         yield lambda since, limit: read_after(conn, since, limit)
 
 
+def _journaled_tables() -> frozenset[str]:
+    from ..copying_sqlite import JOURNALED
+
+    return JOURNALED
+
+
 @click.command()
 @click.option(
     "--since-seq",
@@ -131,7 +148,12 @@ def _journal(ctx: click.Context) -> Iterator[JournalReader]:
     help="Print entries after this seq (the last one a previous run printed).",
 )
 @click.option("--follow", "keep_following", is_flag=True, help="Keep printing as entries commit.")
-@click.option("--table", default=None, help="Only entries of this table, e.g. cassette_actions.")
+@click.option(
+    "--table",
+    type=ChoiceOf(_journaled_tables),
+    default=None,
+    help="Only entries of this table, e.g. cassette_actions.",
+)
 @click.option("--max-entries", type=click.IntRange(min=1), default=None, help="Stop after N.")
 @click.option(
     "--timeout",
@@ -161,23 +183,20 @@ def tail(
     from ..follow import follow_reader
 
     printed = 0
-    with _journal(ctx) as read:
-        try:
-            for item in follow_reader(
-                read,
-                since_seq,
-                table=table,
-                keep_following=keep_following,
-                poll_seconds=interval,
-                timeout_seconds=timeout,
-            ):
-                sys.stdout.write(orjson.dumps(item).decode("utf-8") + "\n")
-                sys.stdout.flush()  # a line is out before the next poll: restarts lose nothing
-                printed += 1
-                if max_entries is not None and printed >= max_entries:
-                    break
-        except KeyboardInterrupt:
-            pass
+    with _journal(ctx) as read:  # Ctrl-C: the boundary's INTERRUPTED, exit 130
+        for item in follow_reader(
+            read,
+            since_seq,
+            table=table,
+            keep_following=keep_following,
+            poll_seconds=interval,
+            timeout_seconds=timeout,
+        ):
+            sys.stdout.write(orjson.dumps(item).decode("utf-8") + "\n")
+            sys.stdout.flush()  # a line is out before the next poll: restarts lose nothing
+            printed += 1
+            if max_entries is not None and printed >= max_entries:
+                break
 
 
 @click.command()
@@ -194,25 +213,19 @@ def metrics(ctx: click.Context, by: str, as_json: bool) -> None:
     emit(rows) if as_json else render(rows, "table")
 
 
-@plan_group.command("show")
-@click.argument("plan_id")
-@click.option("--json", "as_json", is_flag=True, help="Print the body with its hash as JSON.")
-@click.pass_context
-def plan_show(ctx: click.Context, plan_id: str, as_json: bool) -> None:
-    """Print the plan body archived on PLAN_ID's PlanStarted (its hash checked)."""
-    found = open_chain(ctx, read_only=True).plan_body(plan_id)
-    if as_json:
-        emit(found)
-    else:
-        sys.stdout.write(found["plan_body"])
-        sys.stdout.flush()
-
-
 @click.command()
 @click.option("--session", default=None, help="Export this session's actions.")
 @click.option("--plan", default=None, help="Export this plan's actions.")
-@click.option("--seal", "seal_file", default=None, help="Seal file (default: newest recorded).")
-@click.option("--out", default=None, help="Write the bundle here (default: stdout).")
+@click.option(
+    "--seal",
+    "seal_file",
+    type=SEAL_FILE,
+    default=None,
+    help="Seal file (default: newest recorded).",
+)
+@click.option(
+    "--out", type=OUTPUT_FILE, default=None, help="Write the bundle here (default: stdout)."
+)
 @click.pass_context
 def export(
     ctx: click.Context,
@@ -227,15 +240,17 @@ def export(
     if (session is None) == (plan is None):
         raise click.UsageError("give exactly one of --session or --plan")
     scope, value = ("session_id", session) if session is not None else ("plan_id", plan)
-    note = Path(seal_file).read_bytes() if seal_file is not None else None
+    note = _read_seal(seal_file) if seal_file is not None else None
     with _proving(ctx) as source:
         lines = list(bundle_lines(source, scope, str(value), note))
     _write_or_print(b"\n".join(lines) + b"\n", out, {"entries": len(lines) - 1})
 
 
 @click.command("verify-bundle")
-@click.argument("bundle_file", type=click.Path(dir_okay=False))
-@click.option("--public-key", required=True, help="The seal signer's public key (pinned).")
+@click.argument("bundle_file", type=BUNDLE_FILE)
+@click.option(
+    "--public-key", type=PUBLIC_KEY, required=True, help="The seal signer's public key (pinned)."
+)
 @click.option("--origin", required=True, help="The origin the seal must name (pinned).")
 @click.pass_context
 def verify_bundle_command(
@@ -243,15 +258,12 @@ def verify_bundle_command(
 ) -> None:
     """Check a bundle offline. Exit 0 holds, 1 a bad entry or signature, 3 cannot check."""
     from ..bundle import verify_bundle
-    from ..errors import CassetteError, ErrorCode
+    from ..safe_files import BUNDLE_MAX_BYTES, read_file
     from ..signing import load_public
 
     # A refusal here means nothing was checked: the boundary exits 3 for verify-bundle.
     key = load_public(public_key)
-    try:
-        data = Path(bundle_file).read_bytes()
-    except OSError as exc:
-        raise CassetteError(ErrorCode.CANNOT_OPEN, f"cannot read {bundle_file}: {exc}") from exc
+    data = read_file(bundle_file, what="bundle", max_bytes=BUNDLE_MAX_BYTES)
     result = verify_bundle(data, key, origin)
     emit(result)
     if not result["ok"]:

@@ -87,6 +87,7 @@ def write_table(rows: Iterable[dict[str, Any]], out: IO[str]) -> None:
         out.write(line([printable(_cell(v)) for v in row.values()]))
 
 
+FORMAT_FLAGS = {"nl": "--nl", "csv": "--csv", "table": "-t/--table"}
 _WRITERS = {"json": write_json_array, "nl": write_nl, "csv": write_csv, "table": write_table}
 
 
@@ -99,12 +100,16 @@ def render(rows: Iterable[Any], fmt: str = "json") -> None:
 def output_options(command: F) -> F:
     """Add --nl, --csv and -t/--table; the command returns (an iterator of) its rows."""
 
-    @click.option("--nl", "fmt", flag_value="nl", help="One JSON object per line.")
-    @click.option("--csv", "fmt", flag_value="csv", help="CSV with a header row.")
-    @click.option("-t", "--table", "fmt", flag_value="table", help="A table for people.")
+    @click.option("--nl", "as_nl", is_flag=True, help="One JSON object per line.")
+    @click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row.")
+    @click.option("-t", "--table", "as_table", is_flag=True, help="A table for people.")
     @functools.wraps(command)
-    def wrapper(*args: Any, fmt: str | None, **kwargs: Any) -> None:
-        render(command(*args, **kwargs), fmt or "json")
+    def wrapper(*args: Any, as_nl: bool, as_csv: bool, as_table: bool, **kwargs: Any) -> None:
+        chosen = [f for f, on in (("nl", as_nl), ("csv", as_csv), ("table", as_table)) if on]
+        if len(chosen) > 1:  # never let one of them win silently
+            flags = " and ".join(FORMAT_FLAGS[f] for f in chosen)
+            raise click.UsageError(f"{flags} are different output formats: give one")
+        render(command(*args, **kwargs), chosen[0] if chosen else "json")
 
     return wrapper  # type: ignore[return-value]
 

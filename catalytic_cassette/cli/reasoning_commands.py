@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import IO, Any
 
 import click
+from click.core import ParameterSource
 
 from .boundary import emit
 from .chain_commands import open_chain
+from .params import renamed
 
 json_flag = click.option("--json", "as_json", is_flag=True, help="JSON instead of text.")
 
@@ -70,6 +72,8 @@ def tree(
 
     if (action_id is None) == (plan is None):
         raise click.UsageError("give either ACTION_ID or --plan")
+    if as_json and ctx.get_parameter_source("fmt") is not ParameterSource.DEFAULT:
+        raise click.UsageError("--json and --format are different outputs: give one")
     chain_ = open_chain(ctx, read_only=True)
     actions = chain_.actions_for_plan(plan) if plan is not None else chain_.subtree(str(action_id))
     if as_json:
@@ -92,6 +96,22 @@ def plan_status(ctx: click.Context, plan_id: str) -> None:
     emit(open_chain(ctx, read_only=True).plan_status(plan_id))
 
 
+@plan.command("show")
+@click.argument("plan_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the body with its hash as JSON.")
+@click.pass_context
+def plan_show(ctx: click.Context, plan_id: str, as_json: bool) -> None:
+    """Print the plan body archived on PLAN_ID's PlanStarted (its hash checked)."""
+    import sys
+
+    found = open_chain(ctx, read_only=True).plan_body(plan_id)
+    if as_json:
+        emit(found)
+    else:
+        sys.stdout.write(found["plan_body"])
+        sys.stdout.flush()
+
+
 @click.group()
 def checkpoint() -> None:
     """Content-addressed checkpoints of plan execution contexts."""
@@ -102,6 +122,7 @@ def checkpoint() -> None:
 @click.option(
     "--context", "source", type=click.File("rb"), required=True, help="Context JSON file, or -."
 )
+@renamed("--json", "--context")
 @click.pass_context
 def checkpoint_save(ctx: click.Context, plan_id: str, source: IO[bytes]) -> None:
     """Store a context; print its id (the same context gives the same id)."""
