@@ -237,6 +237,8 @@ def test_a_receipt_whose_commit_is_skipped_leaves_only_its_own_step_leased(
     honest.complete_step("other", step["step_id"], "w", step["fencing_token"], {}, "SUCCESS")
     attacker.close()
     honest.close()
+    found = verify_path(str(path)).errors
+    assert [(f.kind, f.key) for f in found] == [("receipt_mismatch", 1)], found  # receipt 1
 
 
 def test_a_release_whose_requeue_is_skipped_holds_only_its_step_until_expiry(
