@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from catalytic_cassette import ManualClock, MessageCassette, tree
+from catalytic_cassette import ErrorCode, ManualClock, MessageCassette, tree
 from catalytic_cassette.chain import CausalChain
+from catalytic_cassette.errors import CassetteError
 from catalytic_cassette.merkle import MemoryTree
 from catalytic_cassette.seals import record_seal
 from catalytic_cassette.temp_objects import TempSchema
@@ -228,7 +229,8 @@ def test_a_receipt_whose_commit_is_skipped_leaves_only_its_own_step_leased(
     while True:
         try:
             step = honest.claim_step("r", "w", 60)
-        except Exception:  # NO_PENDING_STEPS
+        except CassetteError as none_left:
+            assert none_left.code is ErrorCode.NO_PENDING_STEPS
             break
         honest.complete_step("r", step["step_id"], "w", step["fencing_token"], {}, "SUCCESS")
         done += 1
@@ -275,3 +277,31 @@ def test_a_release_whose_requeue_is_skipped_holds_only_its_step_until_expiry(
     honest.complete_step("r", step["step_id"], "w", step["fencing_token"], {}, "SUCCESS")
     attacker.close()
     honest.close()
+
+
+def test_a_version_11_ledger_with_a_skipped_block_heals_after_migration_12(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger left with a skipped block under 0011, where the next block end failed for
+    everyone, writes again once migrated: its next block end stores the skipped block."""
+    from catalytic_cassette import sqlfiles
+    from catalytic_cassette.migrate import current_version
+
+    path, clock = tmp_path / "v11.db", ManualClock()
+    eleven = sqlfiles.migrations()[:11]
+    with monkeypatch.context() as patched:
+        patched.setattr(sqlfiles, "migrations", lambda: eleven)
+        with CausalChain(path, clock=clock) as attacker:
+            _hostile(attacker.conn, SKIP_BLOCK_END)
+            _to_block_end(attacker, "a")
+            _append(attacker, GROW_BLOCK - 1, "a")
+        with (
+            CausalChain(path, clock=clock) as honest,
+            pytest.raises(CassetteError, match="NOT NULL constraint failed"),
+        ):
+            _append(honest, 1, "h")  # the block end that needed the skipped one
+    with CausalChain(path, clock=clock) as honest:
+        assert honest.conn.execute("PRAGMA user_version").fetchone()[0] == current_version()
+        _append(honest, 1, "h")
+        assert _nodes(honest.conn) == _by_the_rule(honest.conn)
+    assert verify_path(str(path)).ok
