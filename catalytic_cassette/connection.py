@@ -16,6 +16,7 @@ from .errors import CassetteError, ErrorCode, translate
 from .hashing import sha256_hex, sql_functions
 from .migrate import apply_pending, current_version, schema_version
 from .postgresql import is_postgres_url
+from .temp_objects import TempSchema, refuse_foreign
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 DURABILITY_ENV = "CASSETTE_DURABILITY"
@@ -117,6 +118,7 @@ class CassetteConnection(sqlite3.Connection):
     """
 
     transaction_time: TransactionTime | None = None
+    temp_schema: TempSchema | None = None  # what connect installed: the only TEMP objects
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         try:
@@ -221,6 +223,7 @@ def connect(
             conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}").fetchall()
         for statement in sqlfiles.connection_statements():
             conn.execute(statement)
+        conn.temp_schema = TempSchema(conn)
     except CassetteError:
         conn.close()
         raise
@@ -422,6 +425,9 @@ class write_transaction:  # lower case: it is used as a function, `with write_tr
 
     def __enter__(self) -> sqlite3.Connection:
         conn = self._conn
+        installed = getattr(conn, "temp_schema", None)
+        if installed is not None:
+            refuse_foreign(conn, installed)
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:

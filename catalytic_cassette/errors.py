@@ -83,6 +83,7 @@ class ErrorCode(str, Enum):
     JOURNAL_BROKEN = "JOURNAL_BROKEN"
     UNREADABLE_ROW = "UNREADABLE_ROW"  # a stored row or journal body a reader cannot decode
     TREE_BROKEN = "TREE_BROKEN"
+    FOREIGN_TEMP_OBJECT = "FOREIGN_TEMP_OBJECT"  # a package connection with a client's TEMP object
     INVALID_SEAL = "INVALID_SEAL"
     SEAL_MISMATCH = "SEAL_MISMATCH"
     TIME_BACKWARDS = "TIME_BACKWARDS"

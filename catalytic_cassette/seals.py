@@ -102,6 +102,7 @@ def record_seal(
             raise CassetteError(
                 ErrorCode.INVALID_SEAL, f"cannot seal {size} entries of a ledger of {have}"
             )
+        tree.heal(conn)  # what a connection kept from being stored (LAW.md section 8a)
         root = _checked_root(conn, private_key, chosen, size, ahead)
         note = sign_note(Checkpoint(chosen, size, root).to_text(), chosen, private_key)
         key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
@@ -146,8 +147,8 @@ def _check_ahead(
         chosen = _origin(conn, origin)
         have = tree.size(conn)
         sealing = have if size is None else size
-        if not 0 < sealing <= have:
-            return None  # refused under the lock, with its reason
+        if not 0 < sealing <= have or tree.missing_nodes(conn, have):
+            return None  # refused, or healed, under the lock
         target = _walk_start(sealing)
         stored = tree.StoredTree(conn)
         start = _walk_start(_checkpoint(conn, stored, private_key, chosen, sealing))

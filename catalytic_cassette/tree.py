@@ -108,6 +108,68 @@ class StoredTree:
         return merkle.consistency_proof(old_size, new_size, self.subtree)
 
 
+# A node of a complete block that a connection kept from being stored (its own TEMP
+# trigger, LAW.md section 8a) is stored again by the next append that ends a block when
+# the whole block was skipped (migration 0012), and otherwise by ``heal``, which the seal
+# runs before it reads the tree. The insert guard checks each node against its stored
+# children, whoever computes it.
+_HEAL_NODE = (
+    "INSERT INTO cassette_tree_nodes (leaf_end, level, hash)"
+    " SELECT :end, :level, cassette_node_hash("
+    "   CASE WHEN :level = 1 THEN (SELECT leaf_hash FROM cassette_journal WHERE seq = :end - 1)"
+    "        ELSE (SELECT hash FROM cassette_tree_nodes"
+    "              WHERE leaf_end = :end - (1 << (:level - 1)) AND level = :level - 1) END,"
+    "   CASE WHEN :level = 1 THEN (SELECT leaf_hash FROM cassette_journal WHERE seq = :end)"
+    "        ELSE (SELECT hash FROM cassette_tree_nodes"
+    "              WHERE leaf_end = :end AND level = :level - 1) END)"
+    " WHERE NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = :end AND level = :level)"
+)
+
+
+def _stored(conn: sqlite3.Connection, end: int, level: int) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = ? AND level = ?", (end, level)
+    ).fetchone()
+    return row is not None
+
+
+def missing_nodes(conn: sqlite3.Connection, tree_size: int) -> list[tuple[int, int]]:
+    """(leaf_end, level) of every node of the complete blocks of the first ``tree_size``
+    entries that is not stored, children before parents.
+
+    A stored node is the hash of its two stored children (the insert guard), so what is
+    stored is closed downwards: when the roots of the complete subtrees that make up the
+    complete blocks (one per bit of their size, ``O(log n)`` reads) are stored, so is
+    everything under them. Only the subtrees of missing nodes are searched, so the cost
+    is proportional to what is missing."""
+    complete = tail_start(tree_size)
+    pending = [
+        (((complete >> (level + 1)) << (level + 1)) + (1 << level) - 1, level)
+        for level in range(1, complete.bit_length())
+        if complete >> level & 1
+    ]
+    missing: list[tuple[int, int]] = []
+    while pending:
+        end, level = pending.pop()
+        if _stored(conn, end, level):
+            continue
+        missing.append((end, level))
+        if level > 1:
+            pending += [(end - (1 << (level - 1)), level - 1), (end, level - 1)]
+    return sorted(missing)
+
+
+def heal(conn: sqlite3.Connection) -> int:
+    """Store every missing node of the complete blocks (inside the caller's write
+    transaction); the number stored. Nothing to do, the usual case, costs one read per
+    bit of the journal's size."""
+    missing = missing_nodes(conn, size(conn))
+    for end, level in missing:
+        # (a level-1 node's own trigger may already have built some of the ones above it)
+        conn.execute(_HEAL_NODE, {"end": end, "level": level})
+    return len(missing)
+
+
 # What a tree of ``have`` entries can answer, whichever backend keeps it: a root or a proof
 # it cannot give is INVALID_ARGUMENT (a caller's request, not a broken tree).
 

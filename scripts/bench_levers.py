@@ -49,6 +49,7 @@ import bench_chain
 from catalytic_cassette import MessageCassette, payloads
 from catalytic_cassette import connection as connection_module
 from catalytic_cassette.chain import CausalChain
+from catalytic_cassette.temp_objects import TempSchema
 
 RUN = "bench"
 WORKER = "worker-1"
@@ -102,6 +103,8 @@ def configure(conn: sqlite3.Connection, variant: str) -> None:
     elif kind == "droptemp":
         for name in value.split("|"):
             conn.execute(f"DROP TRIGGER temp.{name}")
+        # the lever's TEMP schema is this connection's own from now on (temp_objects)
+        conn.temp_schema = TempSchema(conn)  # type: ignore[attr-defined]
 
 
 def cycle(cassette: MessageCassette) -> None:

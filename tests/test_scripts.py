@@ -298,3 +298,23 @@ def test_the_floor_journal_is_a_hash_chain_of_every_write(
         ("cassette_steps", "UPDATE", "COMMITTED"),
     ]
     assert seen == one_cycle * (module.WARM + 5)
+
+
+@pytest.mark.slow
+def test_bench_tree_heal_quick_run_heals_and_reports_each_k() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_tree_heal.py"),
+            "--ks",
+            "0,2",
+            "--reps",
+            "1",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    assert "skipped    0:" in out and "skipped    2:" in out, out
+    assert "per healed block" in out, out

@@ -233,40 +233,6 @@ BEGIN
               NEW.leaf_hash);
 END;
 
-CREATE TRIGGER cassette_journal_grow_tree AFTER INSERT ON cassette_journal
-WHEN NEW.seq % 256 = 255
-BEGIN
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT r.seq, 1, cassette_node_hash(l.leaf_hash, r.leaf_hash)
-    FROM cassette_journal AS r NOT INDEXED
-    JOIN cassette_journal AS l NOT INDEXED ON l.seq = r.seq - 1
-    WHERE r.seq BETWEEN NEW.seq - 255 AND NEW.seq AND r.seq % 2 = 1
-      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
-    ORDER BY r.seq;
-    SELECT RAISE(ABORT, 'TREE_BROKEN: a complete block of the journal stores its tree nodes')
-    WHERE NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = NEW.seq AND level = 8);
-END;
-
-CREATE TRIGGER cassette_tree_nodes_grow AFTER INSERT ON cassette_tree_nodes
-WHEN NEW.level = 1 AND NEW.leaf_end % 4 = 3
-BEGIN
-    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
-    SELECT NEW.leaf_end, level, hash FROM (
-        WITH RECURSIVE up(level, hash) AS (
-            SELECT 1, NEW.hash
-            UNION ALL
-            SELECT up.level + 1, cassette_node_hash(
-                (SELECT hash FROM cassette_tree_nodes
-                 WHERE leaf_end = NEW.leaf_end - (1 << up.level) AND level = up.level),
-                up.hash)
-            FROM up WHERE (NEW.leaf_end + 1) % (1 << (up.level + 1)) = 0
-        )
-        SELECT level, hash FROM up WHERE level > 1 ORDER BY level
-    ) AS above
-    WHERE NOT EXISTS (SELECT 1 FROM cassette_tree_nodes
-                      WHERE leaf_end = NEW.leaf_end AND level = above.level);
-END;
-
 CREATE TRIGGER cassette_tree_nodes_bounded BEFORE INSERT ON cassette_tree_nodes
 BEGIN
     SELECT RAISE(ABORT, 'TREE_BROKEN: a tree node covers only complete blocks of journaled entries')
@@ -1468,6 +1434,49 @@ BEGIN
            ORDER BY action_seq DESC LIMIT 1) IN ('PlanCompleted', 'PlanAborted');
 END;
 
+CREATE TRIGGER cassette_journal_grow_tree AFTER INSERT ON cassette_journal
+WHEN NEW.seq % 256 = 255
+BEGIN
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT r.seq, 1, cassette_node_hash(l.leaf_hash, r.leaf_hash)
+    FROM cassette_journal AS r NOT INDEXED
+    JOIN cassette_journal AS l NOT INDEXED ON l.seq = r.seq - 1
+    WHERE r.seq BETWEEN (
+            WITH RECURSIVE skipped(first) AS (
+                SELECT NEW.seq - 255
+                UNION ALL
+                SELECT first - 256 FROM skipped
+                WHERE first > 0 AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes
+                                                WHERE leaf_end = first - 1 AND level = 8)
+            )
+            SELECT min(first) FROM skipped)
+        AND NEW.seq
+      AND r.seq % 2 = 1
+      AND NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = r.seq AND level = 1)
+    ORDER BY r.seq;
+    SELECT RAISE(ABORT, 'TREE_BROKEN: a complete block of the journal stores its tree nodes')
+    WHERE NOT EXISTS (SELECT 1 FROM cassette_tree_nodes WHERE leaf_end = NEW.seq AND level = 8);
+END;
+
+CREATE TRIGGER cassette_tree_nodes_grow AFTER INSERT ON cassette_tree_nodes
+WHEN NEW.level = 1 AND NEW.leaf_end % 4 = 3
+BEGIN
+    INSERT INTO cassette_tree_nodes (leaf_end, level, hash)
+    SELECT NEW.leaf_end, level, hash FROM (
+        WITH RECURSIVE up(level, hash) AS (
+            SELECT 1, NEW.hash
+            UNION ALL
+            SELECT up.level + 1, cassette_node_hash(sibling.hash, up.hash)
+            FROM up JOIN cassette_tree_nodes AS sibling
+              ON sibling.leaf_end = NEW.leaf_end - (1 << up.level) AND sibling.level = up.level
+            WHERE (NEW.leaf_end + 1) % (1 << (up.level + 1)) = 0
+        )
+        SELECT level, hash FROM up WHERE level > 1 ORDER BY level
+    ) AS above
+    WHERE NOT EXISTS (SELECT 1 FROM cassette_tree_nodes
+                      WHERE leaf_end = NEW.leaf_end AND level = above.level);
+END;
+
 CREATE TRIGGER cassette_migrations_insert_guard BEFORE INSERT ON cassette_migrations
 BEGIN
     SELECT RAISE(ABORT, 'APPEND_ONLY: cassette_migrations rows cannot be replaced')
@@ -1475,7 +1484,7 @@ BEGIN
     SELECT RAISE(ABORT, 'JOURNAL_REQUIRED: only a cassette connection migrates the ledger')
     WHERE NOT EXISTS (SELECT 1 FROM pragma_function_list WHERE name = 'cassette_chain_hash');
     SELECT RAISE(ABORT, 'MIGRATION_FAILED: only the migration being applied records itself')
-    WHERE NEW.version IS NOT 11 OR NEW.name IS NOT 'rules_before'
+    WHERE NEW.version IS NOT 12 OR NEW.name IS NOT 'tree_heals'
        OR typeof(NEW.sha256) IS NOT 'text' OR length(NEW.sha256) IS NOT 64
        OR NEW.sha256 GLOB '*[^0-9a-f]*';
 END;
