@@ -321,7 +321,7 @@ def _check_rows(mirror: sqlite3.Connection, options: VerifyOptions, now_ms: int)
     state (a full replay), consistency, checkpoint ids, dense ids; then time."""
     rows, lawful, time = Collector(), Collector(), Collector()
     check_state(mirror, rows, options.run_id, check_journal_columns)
-    check_history(mirror, lawful, now_ms, options.clock_skew_ms)
+    check_history(mirror, lawful, now_ms, options.clock_skew_ms, run_id=options.run_id)
     check_time(mirror, time, now_ms, options.clock_skew_ms, options.max_time_jump_ms)
     check_consistency(mirror, rows, options.run_id, now_ms)
     check_checkpoint_ids(mirror, rows)

@@ -76,8 +76,11 @@ class HistoryJudge:
         *,
         before: Before | None = None,
         last_ids: dict[str, int] | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.out = out
+        self.run_id = run_id  # report only this run's rows (every entry is judged)
+        self._run: Any = None  # the run of the entry being judged
         self.now_ms = now_ms
         self.skew_ms = skew_ms
         self._before = before
@@ -86,10 +89,10 @@ class HistoryJudge:
         self._receipted: set[Any] = set()  # live steps with a receipt (an unlawful one)
         self._released: dict[Any, set[Any]] = {}  # live steps: tokens released
         self._last = dict.fromkeys(JUDGED, 0) if last_ids is None else dict(last_ids)
-        # (kind, seq, table, key, step_id, token, worker): the entry after ``seq`` must be
-        # this step's COMMITTED ("commit") or PENDING ("release") revision
-        self._awaiting: tuple[str, int, str, Any, Any, Any, Any] | None = None
-        self.requeues: list[tuple[int, Any, int]] = []  # (seq, step, expiry): undated yet
+        # (kind, seq, table, key, step_id, token, worker, run): the entry after ``seq`` must
+        # be this step's COMMITTED ("commit") or PENDING ("release") revision
+        self._awaiting: tuple[str, int, str, Any, Any, Any, Any, Any] | None = None
+        self.requeues: list[tuple[int, Any, int, Any]] = []  # (seq, step, expiry, run)
         self._found: dict[tuple[str, Any], Finding] = {}
         self._dropped = 0
 
@@ -109,7 +112,9 @@ class HistoryJudge:
         """The date of an insert the judge is not otherwise fed: settles the requeues
         before it."""
         if self.requeues and type(t) is int:
-            for rseq, step_id, expiry in self.requeues:
+            current = self._run
+            for rseq, step_id, expiry, run in self.requeues:
+                self._run = run
                 if t < expiry - self.skew_ms:
                     self._report(
                         rseq,
@@ -119,9 +124,11 @@ class HistoryJudge:
                         f"requeued before the lease's expiry {expiry}: entry {seq} is dated {t}",
                     )
             self.requeues.clear()
+            self._run = current
 
     def entry(self, seq: int, table: str, op: object, key: Any, row: dict[str, Any]) -> None:
         awaited = self._settle(seq, table, op, key, row)
+        self._run = row.get("run_id")
         if op == "INSERT":
             self.dated(seq, row.get("created_at"))
             if table in self._last:
@@ -144,7 +151,8 @@ class HistoryJudge:
         if self._awaiting is not None:
             self._unfollowed(*self._awaiting)
             self._awaiting = None
-        for rseq, step_id, expiry in self.requeues:
+        for rseq, step_id, expiry, run in self.requeues:
+            self._run = run
             if expiry > self.now_ms + self.skew_ms:
                 self._report(
                     rseq,
@@ -180,7 +188,7 @@ class HistoryJudge:
         if awaiting is None:
             return None
         self._awaiting = None
-        kind, at, _, _, step_id, token, worker = awaiting
+        kind, at, _, _, step_id, token, worker, _ = awaiting
         wanted = "COMMITTED" if kind == "commit" else "PENDING"
         if (
             seq == at + 1
@@ -193,7 +201,10 @@ class HistoryJudge:
         self._unfollowed(*awaiting)
         return None
 
-    def _unfollowed(self, kind: str, seq: int, table: str, key: Any, step_id: Any, *_: Any) -> None:
+    def _unfollowed(
+        self, kind: str, seq: int, table: str, key: Any, step_id: Any, _t: Any, _w: Any, run: Any
+    ) -> None:
+        self._run = run
         if kind == "commit":
             code, what = ErrorCode.RECEIPT_REQUIRED, "COMMITTED"
         else:
@@ -266,7 +277,7 @@ class HistoryJudge:
             verdict = law.signed_end(old, self._acts.get(key, []), "requeue")
             expiry = old.get("lease_expires_at")
             if type(expiry) is int:
-                self.requeues.append((seq, key, expiry))
+                self.requeues.append((seq, key, expiry, self._run))
         if verdict is not None:
             self._report(seq, STEPS, key, *verdict)
         self._apply(key, row)
@@ -305,7 +316,7 @@ class HistoryJudge:
         if live:
             self._receipted.add(step_id)
             token, worker = row.get("fencing_token"), row.get("worker_id")
-            self._awaiting = ("commit", seq, RECEIPTS, key, step_id, token, worker)
+            self._awaiting = ("commit", seq, RECEIPTS, key, step_id, token, worker, self._run)
 
     def _release(self, seq: int, key: Any, row: dict[str, Any]) -> None:
         step_id = row.get("step_id")
@@ -320,7 +331,7 @@ class HistoryJudge:
             self._report(seq, RELEASES, key, *verdict)
         if live:
             self._released.setdefault(step_id, set()).add(token)
-            self._awaiting = ("release", seq, RELEASES, key, step_id, token, None)
+            self._awaiting = ("release", seq, RELEASES, key, step_id, token, None, self._run)
 
     def _attestation(self, seq: int, key: Any, row: dict[str, Any]) -> None:
         act = row.get("act")
@@ -338,6 +349,8 @@ class HistoryJudge:
             )
 
     def _report(self, seq: int, table: str, key: Any, code: ErrorCode, text: str) -> None:
+        if self.run_id is not None and self._run != self.run_id:
+            return
         held = self._found.get((table, _hashable(key)))
         if held is not None and held.seq is not None and held.seq <= seq:
             return
@@ -373,10 +386,11 @@ def check_history(
     start: int = 0,
     before: Before | None = None,
     last_ids: dict[str, int] | None = None,
+    run_id: str | None = None,
 ) -> bool:
     """Judge the journal's entries from ``start`` on (every entry: one scan of the journal
-    by rowid); True when lawful."""
-    judge = HistoryJudge(out, now_ms, skew_ms, before=before, last_ids=last_ids)
+    by rowid); True when lawful. With ``run_id``, only that run's rows are reported."""
+    judge = HistoryJudge(out, now_ms, skew_ms, before=before, last_ids=last_ids, run_id=run_id)
     where = f" WHERE seq >= {int(start)}" if start else ""
     cursor = conn.execute(_JOURNAL.format(where=where))
     for rows in iter(lambda: cursor.fetchmany(1024), []):

@@ -327,7 +327,9 @@ class _SqlChecks:
                 self.rows, self.time, self.lawful = stream.rows, stream.time, stream.lawful
             else:
                 check_state(conn, self.rows, options.run_id)
-                check_history(conn, self.lawful, self.now_ms, options.clock_skew_ms)
+                check_history(
+                    conn, self.lawful, self.now_ms, options.clock_skew_ms, run_id=options.run_id
+                )
                 check_time(
                     conn, self.time, self.now_ms, options.clock_skew_ms, options.max_time_jump_ms
                 )
