@@ -8,7 +8,7 @@ new seal's root again against the leaves it holds (``cassette_seals_insert``, 00
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -177,6 +177,10 @@ class PgProofSource:
     def newest_seal(self) -> bytes | None:
         row = self.conn.execute(query("newest_seal")).fetchone()
         return None if row is None else str(row[0]).encode("utf-8")
+
+    def seal_notes(self, seq: int) -> Iterator[bytes]:
+        for (note,) in self.conn.execute(query("seal_notes"), {"seq": seq}).fetchall():
+            yield str(note).encode("utf-8")
 
     def action_entries(self, scope: str, value: str) -> list[tuple[int, str]]:
         from ..proofs import scope_column
