@@ -94,6 +94,7 @@ def record_seal(
     from .note import ed25519_key_id
 
     ahead = _check_ahead(conn, private_key, origin, size)
+    judged = _judge_ahead(conn, private_key, origin, size, now_ms)
     with write_transaction(conn):
         chosen = _origin(conn, origin)
         have = tree.size(conn)
@@ -107,6 +108,8 @@ def record_seal(
         root = _checked_root(conn, private_key, chosen, size, ahead)
         now_ms = max(now_ms, ledger_time(conn))
         checked = _checkpoint(conn, tree.StoredTree(conn), private_key, chosen, size)
+        if judged is not None and checked <= judged <= size:
+            checked = judged  # (lawful up to there, judged before the lock)
         require_lawful(_judged_since(conn, checked, size, now_ms), checked)
         note = sign_note(Checkpoint(chosen, size, root).to_text(), chosen, private_key)
         key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
@@ -186,6 +189,30 @@ def _check_ahead(
             return None
         recomputed = _walk(conn, stored, start, target)
     return target, recomputed
+
+
+def _judge_ahead(
+    conn: sqlite3.Connection,
+    private_key: Ed25519PrivateKey,
+    origin: str | None,
+    size: int | None,
+    now_ms: int,
+) -> int | None:
+    """Before the write lock: when the history to judge since the key's checkpoint is
+    long, judge it in a read snapshot (other writers going on) and return the size judged
+    lawful up to (UNLAWFUL_HISTORY otherwise); None when it is short. The entries below it
+    never change, so the seal then judges only what follows, under the lock."""
+    with read_transaction(conn):
+        chosen = _origin(conn, origin)
+        have = tree.size(conn)
+        sealing = have if size is None else size
+        if not 0 < sealing <= have:
+            return None  # refused under the lock, with its reason
+        start = _checkpoint(conn, tree.StoredTree(conn), private_key, chosen, sealing)
+        if sealing - start < AHEAD_MIN_ENTRIES:
+            return None
+        require_lawful(_judged_since(conn, start, sealing, now_ms), start)
+    return sealing
 
 
 def _origin(conn: sqlite3.Connection, origin: str | None) -> str:

@@ -277,3 +277,23 @@ def test_a_seal_judges_a_step_of_before_its_checkpoint_from_its_last_entry(
                 ("cassette_steps", held["step_id"]),
                 ("cassette_receipts", 1),
             ]
+
+
+def test_a_long_history_is_judged_before_the_seal_takes_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond ``AHEAD_MIN_ENTRIES`` the history is judged in a read snapshot first, and
+    only what follows under the write lock: lawful or refused, as when judged at once."""
+    from catalytic_cassette import seals
+
+    monkeypatch.setattr(seals, "AHEAD_MIN_ENTRIES", 2)
+    lawful = Ledger("sqlite", str(tmp_path / "lawful.db"))
+    busy(lawful)
+    with lawful.open() as cassette:
+        assert cassette.seal(Ed25519PrivateKey.generate()).tree_size > 2
+    unlawful_ledger = Ledger("sqlite", str(tmp_path / "unlawful.db"))
+    step_id = _commit_without_receipt_sqlite(unlawful_ledger)
+    with unlawful_ledger.open() as cassette, pytest.raises(CassetteError) as refused:
+        cassette.seal(Ed25519PrivateKey.generate())
+    assert refused.value.code is ErrorCode.UNLAWFUL_HISTORY
+    assert refused.value.detail["findings"][0]["key"] == step_id
