@@ -43,11 +43,11 @@ import json, sys, time
 sys.path.insert(0, {root!r})
 {prelude}
 from catalytic_cassette.verify import verify_path
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 report = verify_path({path!r})
-elapsed = time.perf_counter() - start
+elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
 assert report.ok, [f.to_dict() for f in report.findings[:3]]
-print(json.dumps({{"rows": report.journal_rows, "seconds": elapsed}}))
+print(json.dumps({{"rows": report.journal_rows, "seconds": elapsed, "cpu": cpu}}))
 """
 
 CHILD_SEAL_JUDGE = """
@@ -126,13 +126,17 @@ def main() -> None:
     parser.add_argument("--copy-entries", type=int, default=100_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--keep", type=Path, default=None, help="build or reuse ledgers here")
+    parser.add_argument(
+        "--ledger", type=Path, default=None, help="verify this ledger instead of a built one"
+    )
+    parser.add_argument("--no-copy", action="store_true", help="skip copy and the seal check")
     args = parser.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="bench-history-"))
     folder.mkdir(parents=True, exist_ok=True)
-    big = folder / f"work-{args.entries}.db"
+    big = args.ledger or folder / f"work-{args.entries}.db"
     small = folder / f"work-{args.copy_entries}.db"
     for path, size in ((big, args.entries), (small, args.copy_entries)):
-        if not path.exists():
+        if not path.exists() and not (args.no_copy and path == small):
             start = time.perf_counter()
             made = build(path, size)
             print(f"built {path.name}: {made:,} entries in {time.perf_counter() - start:.0f} s")
@@ -143,11 +147,16 @@ def main() -> None:
     root = str(ROOT)
     runs: dict[str, list[float]] = {"full": [], "no judge": [], "copy": [], "small full": []}
     seal_judge: list[dict[str, float]] = []
+    cpu: dict[str, list[float]] = {"full": [], "no judge": []}
     for _ in range(args.reps):
         full = child(CHILD_VERIFY.format(root=root, prelude="", path=str(big)))
         runs["full"].append(full["rows"] / full["seconds"])
         bare = child(CHILD_VERIFY.format(root=root, prelude=NO_JUDGE, path=str(big)))
         runs["no judge"].append(bare["rows"] / bare["seconds"])
+        cpu["full"].append(full["cpu"])
+        cpu["no judge"].append(bare["cpu"])
+        if args.no_copy:
+            continue
         dest = str(folder / "copy-dest.db")
         copied = child(CHILD_COPY.format(root=root, source=str(small), dest=dest))
         runs["copy"].append(copied["rows"] / copied["seconds"])
@@ -165,6 +174,13 @@ def main() -> None:
         "ratio with/without (time): "
         f"{statistics.median(runs['no judge']) / statistics.median(runs['full']):.3f}"
     )
+    judged_cpu, bare_cpu = statistics.median(cpu["full"]), statistics.median(cpu["no judge"])
+    print(
+        f"CPU seconds of the verifying process, with/without the judge: {judged_cpu:.2f} /"
+        f" {bare_cpu:.2f} (ratio {judged_cpu / bare_cpu:.3f})"
+    )
+    if args.no_copy:
+        return
     print(f"copy (replay through the law), {small.name}: {shown('copy')}")
     print(f"full verify, {small.name}: {shown('small full')}")
     for label in ("whole", "last 10000"):
