@@ -86,6 +86,7 @@ class ErrorCode(str, Enum):
     FOREIGN_TEMP_OBJECT = "FOREIGN_TEMP_OBJECT"  # a package connection with a client's TEMP object
     INVALID_SEAL = "INVALID_SEAL"
     SEAL_MISMATCH = "SEAL_MISMATCH"
+    UNLAWFUL_HISTORY = "UNLAWFUL_HISTORY"  # seal: the history since the last is unlawful
     TIME_BACKWARDS = "TIME_BACKWARDS"
     INVALID_TIME = "INVALID_TIME"
     VERIFY_FAILED = "VERIFY_FAILED"

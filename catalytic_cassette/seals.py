@@ -23,6 +23,8 @@ from .note import Checkpoint, sign_note
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from .verify.findings import Collector
+
 ORIGIN_PREFIX = "catalytic-cassette/ledger/"
 SEAL_SUFFIX = ".seal"
 _ORIGIN = re.compile(r"[^\s+]{1,200}")
@@ -92,6 +94,7 @@ def record_seal(
     from .note import ed25519_key_id
 
     ahead = _check_ahead(conn, private_key, origin, size)
+    judged = _judge_ahead(conn, private_key, origin, size, now_ms)
     with write_transaction(conn):
         chosen = _origin(conn, origin)
         have = tree.size(conn)
@@ -104,9 +107,13 @@ def record_seal(
             )
         tree.heal(conn)  # what a connection kept from being stored (LAW.md section 8a)
         root = _checked_root(conn, private_key, chosen, size, ahead)
+        now_ms = max(now_ms, ledger_time(conn))
+        checked = _checkpoint(conn, tree.StoredTree(conn), private_key, chosen, size)
+        if judged is not None and checked <= judged <= size:
+            checked = judged  # (lawful up to there, judged before the lock)
+        require_lawful(_judged_since(conn, checked, size, now_ms), checked)
         note = sign_note(Checkpoint(chosen, size, root).to_text(), chosen, private_key)
         key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
-        now_ms = max(now_ms, ledger_time(conn))
         seal_id = int(
             conn.execute("SELECT coalesce(max(seal_id), 0) + 1 FROM cassette_seals").fetchone()[0]
         )
@@ -119,6 +126,33 @@ def record_seal(
         if before_commit is not None:
             before_commit(sealed)
     return sealed
+
+
+def _judged_since(conn: sqlite3.Connection, start: int, size: int, now_ms: int) -> Collector:
+    """What verify's history check finds in the entries ``start <= seq < size``."""
+    from .verify.findings import Collector
+    from .verify.history import check_since
+    from .verify.options import VerifyOptions
+
+    found = Collector()
+    check_since(conn, found, start, size, now_ms, VerifyOptions().clock_skew_ms)
+    return found
+
+
+def require_lawful(found: Collector, checked_from: int) -> None:
+    """UNLAWFUL_HISTORY (nothing signed) when verify's history check (``verify/history.py``)
+    found anything: a seal signs only a history every revision of which the law allows."""
+    findings = found.report.findings
+    if not findings and not found.report.suppressed:
+        return
+    first = f" (entry {findings[0].seq}: {findings[0].detail})" if findings else ""
+    raise CassetteError(
+        ErrorCode.UNLAWFUL_HISTORY,
+        f"the history since the last seal is not lawful{first}: nothing was signed;"
+        " `cassette verify` names every unlawful revision",
+        checked_from=checked_from,
+        findings=[f.to_dict() for f in findings[:10]],
+    )
 
 
 RESTORE_ADVICE = (
@@ -156,6 +190,30 @@ def _check_ahead(
             return None
         recomputed = _walk(conn, stored, start, target)
     return target, recomputed
+
+
+def _judge_ahead(
+    conn: sqlite3.Connection,
+    private_key: Ed25519PrivateKey,
+    origin: str | None,
+    size: int | None,
+    now_ms: int,
+) -> int | None:
+    """Before the write lock: when the history to judge since the key's checkpoint is
+    long, judge it in a read snapshot (other writers going on) and return the size judged
+    lawful up to (UNLAWFUL_HISTORY otherwise); None when it is short. The entries below it
+    never change, so the seal then judges only what follows, under the lock."""
+    with read_transaction(conn):
+        chosen = _origin(conn, origin)
+        have = tree.size(conn)
+        sealing = have if size is None else size
+        if not 0 < sealing <= have:
+            return None  # refused under the lock, with its reason
+        start = _checkpoint(conn, tree.StoredTree(conn), private_key, chosen, sealing)
+        if sealing - start < AHEAD_MIN_ENTRIES:
+            return None
+        require_lawful(_judged_since(conn, start, sealing, now_ms), start)
+    return sealing
 
 
 def _origin(conn: sqlite3.Connection, origin: str | None) -> str:

@@ -177,6 +177,32 @@ def test_bench_verify_reports_both_levels_and_every_piece(tmp_path: Path) -> Non
         "floor (fetch, leaf, link):",
         "chain, tree, state and time streamed (the walk)",
         "pages and indexes (integrity_check, every table)",
+        "verify full without the history judge:",
+        "history by its own scan of the journal",
+    ):
+        assert expected in out, out
+
+
+@pytest.mark.slow
+def test_bench_history_reports_the_judges_cost_and_copys_rate(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_history.py"),
+            *("--entries", "2000", "--copy-entries", "1000", "--reps", "1"),
+            *("--keep", str(tmp_path)),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    ).stdout
+    for expected in (
+        "full verify without the history judge:",
+        "CPU seconds of the verifying process, with/without the judge:",
+        "copy (replay through the law)",
+        "a seal's history check, last 10000",
+        "ratio verify/copy (rate):",
     ):
         assert expected in out, out
 
