@@ -1,0 +1,581 @@
+"""Unlawful revisions that reach the journal, attacked as each attacker of LAW.md 12 would
+write them, on SQLite; verify must name the first unlawful revision of the row and the
+code the write path refuses it with, and keep naming it after honest writes overwrite the
+row (before, an honest write made the table equal the journal's last image and verify
+passed).
+
+- A client on a package connection adds its own TEMP trigger ending in RAISE(IGNORE) and
+  re-creates the package's journal triggers after it (SQLite fires the newest trigger of
+  an event first; a WHEN clause keeps the client's honest calls working): the journal
+  records a revision the row never takes.
+- The ``sqlite3`` shell, with none of the package's functions, plants a persistent trigger;
+  an honest worker's call then journals what the trigger makes of it; the shell drops the
+  trigger, and the schema is again what the migrations make.
+- A client on a package connection drops the file's rule triggers of a table, writes, and
+  puts them back in their order (SQLite's counterpart of a PostgreSQL owner's
+  ``DISABLE TRIGGER``): the row and its entry both hold the unlawful revision.
+- A client drops the package's TEMP clock guard and completes after its lease expired.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from catalytic_cassette import CassetteError, ManualClock, MessageCassette
+from catalytic_cassette.chain import CausalChain
+
+from .backends import Ledger
+from .history_judge import (
+    assert_first_unlawful,
+    entries_of,
+    journal_size,
+    needs_judge,
+    report,
+    unlawful,
+)
+
+MINUTE_MS = 60_000
+
+
+def _code(exc: BaseException) -> str:
+    return str(exc).split(":", 1)[0]
+
+
+def write_path_code(conn: sqlite3.Connection, sql: str, params: Any = ()) -> str:
+    """The code the write path (the package connection with every trigger in place)
+    refuses ``sql`` with; the statement is rolled back either way."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(sql, params)
+    except sqlite3.IntegrityError as exc:
+        return _code(exc)
+    finally:
+        conn.execute("ROLLBACK")
+    raise AssertionError(f"the write path accepts {sql}")
+
+
+def journal_first(conn: sqlite3.Connection) -> None:
+    """Re-create the package's TEMP journal triggers, so they fire before every trigger
+    the client added (SQLite fires the newest trigger of an event first)."""
+    for name, sql in conn.execute(
+        "SELECT name, sql FROM temp.sqlite_master WHERE type = 'trigger'"
+        " AND name LIKE '%journal%' ORDER BY rowid"
+    ).fetchall():
+        conn.execute(f"DROP TRIGGER temp.{name}")
+        conn.execute(sql.replace("CREATE TRIGGER", "CREATE TEMP TRIGGER", 1))
+
+
+@contextmanager
+def ignoring(
+    conn: sqlite3.Connection, event: str, table: str, when: str, *, clock_guard: bool = True
+) -> Iterator[None]:
+    """The client's own TEMP trigger: every row of ``event`` on ``table`` matching
+    ``when`` is dropped after the package's journal trigger recorded it. Without
+    ``clock_guard`` the client also drops the package's TEMP clock guard of the table for
+    the while (it is its own connection), which would refuse first."""
+    guard = f"{table}_clock_guard"
+    saved = ""
+    if not clock_guard:
+        (saved,) = conn.execute(
+            "SELECT sql FROM temp.sqlite_master WHERE name = ?", (guard,)
+        ).fetchone()
+        conn.execute(f"DROP TRIGGER temp.{guard}")
+    conn.execute(
+        f"CREATE TEMP TRIGGER client_skip BEFORE {event} ON main.{table} WHEN {when}"
+        " BEGIN SELECT RAISE(IGNORE); END"
+    )
+    journal_first(conn)
+    try:
+        yield
+    finally:
+        conn.execute("DROP TRIGGER temp.client_skip")
+        if not clock_guard:
+            conn.execute(saved.replace("CREATE TRIGGER", "CREATE TEMP TRIGGER", 1))
+
+
+def forge(conn: sqlite3.Connection, sql: str, params: Any = ()) -> int:
+    """Run ``sql`` in a write transaction of its own; the seq its first entry took."""
+    seq = journal_size(conn)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(sql, params)
+    conn.execute("COMMIT")
+    assert journal_size(conn) > seq, "nothing was journaled"
+    return seq
+
+
+@contextmanager
+def without_rules(conn: sqlite3.Connection, table: str) -> Iterator[None]:
+    """Inside one write transaction: the file's triggers of ``table`` dropped, then put
+    back in their order (the package's TEMP triggers, the journal's, stay)."""
+    triggers = conn.execute(
+        "SELECT name, sql FROM main.sqlite_master WHERE type = 'trigger' AND tbl_name = ?"
+        " ORDER BY rowid",
+        (table,),
+    ).fetchall()
+    conn.execute("BEGIN IMMEDIATE")
+    for name, _ in triggers:
+        conn.execute(f"DROP TRIGGER main.{name}")
+    try:
+        yield
+    finally:
+        for _, sql in triggers:
+            conn.execute(sql)
+        conn.execute("COMMIT")
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.db"
+
+
+@pytest.fixture
+def cassette(path: Path, clock: ManualClock) -> Iterator[MessageCassette]:
+    with MessageCassette(path, clock=clock) as opened:
+        opened.post_message({"jobs": [{"intent": "i", "steps": [{"n": 0}, {"n": 1}]}]}, "r", "USER")
+        yield opened
+
+
+def _step(cassette: MessageCassette, step_id: int) -> dict[str, Any]:
+    return cassette.get_step(step_id)
+
+
+# ------------------------------------------- a client's own TEMP trigger ending in IGNORE
+
+UPDATE_ATTACKS = {
+    # name: (setup, forged SET clause, expected code)
+    "leased-committed-without-receipt": ("claim", "status = 'COMMITTED'", "RECEIPT_REQUIRED"),
+    "pending-committed": ("none", "status = 'COMMITTED'", "ILLEGAL_TRANSITION"),
+    "second-holder-same-token": ("claim", "lease_owner = 'x'", "LEASE_FIELDS_LOCKED"),
+    "payload-rewritten": ("none", "payload_json = '{{\"n\":666}}'", "IMMUTABLE_FIELD"),
+    "payload-rewritten-on-claim": (
+        "none",
+        "status = 'LEASED', lease_owner = 'x', lease_expires_at = {soon},"
+        " fencing_token = 1, payload_json = '{{\"n\":666}}'",
+        "IMMUTABLE_FIELD",
+    ),
+    "token-jumps-by-two": (
+        "none",
+        "status = 'LEASED', lease_owner = 'x', lease_expires_at = {soon}, fencing_token = 2",
+        "LEASE_FIELDS_LOCKED",
+    ),
+    "lease-beyond-30-days": (
+        "none",
+        "status = 'LEASED', lease_owner = 'x', lease_expires_at = {far}, fencing_token = 1",
+        "INVALID_TTL",
+    ),
+    "live-lease-requeued": (
+        "claim",
+        "status = 'PENDING', lease_owner = NULL, lease_expires_at = NULL",
+        "LEASE_NOT_EXPIRED",
+    ),
+}
+
+
+def _honest_after(cassette: MessageCassette, step_id: int, setup: str) -> None:
+    """An honest write over the row (the holder completes, or a worker claims), then
+    more honest writes to the ledger."""
+    if setup == "claim":
+        step = _step(cassette, step_id)
+        cassette.complete_step("r", step_id, "w", step["fencing_token"], {}, "SUCCESS")
+    else:
+        leased = cassette.claim_step("r", "v", 60)
+        assert leased["step_id"] == step_id
+        cassette.complete_step("r", step_id, "v", leased["fencing_token"], {}, "FAILURE")
+    cassette.post_message({"more": 1}, "r", "USER")
+
+
+@needs_judge
+@pytest.mark.parametrize("attack", list(UPDATE_ATTACKS))
+def test_a_client_trigger_ignoring_a_step_update(
+    cassette: MessageCassette, path: Path, clock: ManualClock, attack: str
+) -> None:
+    setup, clause, code = UPDATE_ATTACKS[attack]
+    if setup == "claim":
+        assert cassette.claim_step("r", "w", 60)["step_id"] == 1
+    soon, far = clock.now_ms() + MINUTE_MS, clock.now_ms() + 31 * 24 * 3_600_000
+    sql = f"UPDATE cassette_steps SET {clause.format(soon=soon, far=far)} WHERE step_id = 1"
+    conn = cassette.conn
+    assert write_path_code(conn, sql) == code  # what the rules refuse it with
+    before = _step(cassette, 1)
+    clock_guard = code not in {"INVALID_TTL", "LEASE_NOT_EXPIRED"}
+    with ignoring(conn, "UPDATE", "cassette_steps", "NEW.step_id = 1", clock_guard=clock_guard):
+        seq = forge(conn, sql)
+    assert _step(cassette, 1) == before  # the row never took it
+    _honest_after(cassette, 1, setup)
+    assert not [f for f in report(path)["findings"] if f["kind"] == "state_mismatch"]
+    assert_first_unlawful(path, "cassette_steps", 1, seq, code)
+    cassette.post_message({"later": 1}, "r", "USER")
+    assert_first_unlawful(path, "cassette_steps", 1, seq, code, cli_too=False)
+
+
+@needs_judge
+def test_a_client_trigger_journals_a_claim_the_row_never_took(
+    cassette: MessageCassette, path: Path, clock: ManualClock
+) -> None:
+    """The journal holds a lawful claim by x the row never took; the next worker's claim
+    gets the same token, and its entry (LEASED to LEASED) is the first unlawful one."""
+    conn = cassette.conn
+    soon = clock.now_ms() + MINUTE_MS
+    sql = (
+        "UPDATE cassette_steps SET status = 'LEASED', lease_owner = 'x',"
+        f" lease_expires_at = {soon}, fencing_token = 1 WHERE step_id = 1"
+    )
+    with ignoring(conn, "UPDATE", "cassette_steps", "NEW.lease_owner = 'x'"):
+        forge(conn, sql)
+    seq = journal_size(conn)
+    leased = cassette.claim_step("r", "w", 60)
+    assert (leased["step_id"], leased["fencing_token"]) == (1, 1)  # x's token, again
+    cassette.complete_step("r", 1, "w", 1, {}, "SUCCESS")
+    assert_first_unlawful(path, "cassette_steps", 1, seq, "LEASE_FIELDS_LOCKED")
+
+
+INSERT_ATTACKS = {
+    # name: (table, forged insert, expected code)
+    "receipt-from-another-worker": (
+        "cassette_receipts",
+        "INSERT INTO cassette_receipts (step_id, job_id, run_id, worker_id, fencing_token,"
+        " outcome, receipt_json, created_at) VALUES (1, 1, 'r', 'x', 1, 'SUCCESS', '{{}}', {now})",
+        "WRONG_WORKER",
+    ),
+    "receipt-stale-token": (
+        "cassette_receipts",
+        "INSERT INTO cassette_receipts (step_id, job_id, run_id, worker_id, fencing_token,"
+        " outcome, receipt_json, created_at) VALUES (1, 1, 'r', 'w', 0, 'SUCCESS', '{{}}', {now})",
+        "STALE_FENCING_TOKEN",
+    ),
+    "release-by-a-non-holder": (
+        "cassette_releases",
+        "INSERT INTO cassette_releases (step_id, run_id, worker_id, fencing_token, created_at)"
+        " VALUES (1, 'r', 'x', 1, {now})",
+        "WRONG_WORKER",
+    ),
+}
+
+
+@needs_judge
+@pytest.mark.parametrize("attack", list(INSERT_ATTACKS))
+def test_a_client_trigger_ignoring_an_insert(
+    cassette: MessageCassette, path: Path, clock: ManualClock, attack: str
+) -> None:
+    """The journal records a receipt or release the table never took; the holder's honest
+    completion then takes the same id (verify also finds the doubled entry)."""
+    table, template, code = INSERT_ATTACKS[attack]
+    cassette.claim_step("r", "w", 60)
+    conn = cassette.conn
+    sql = template.format(now=clock.now_ms())
+    assert write_path_code(conn, sql) == code
+    with ignoring(conn, "INSERT", table, "1"):
+        seq = forge(conn, sql)
+    assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+    cassette.complete_step("r", 1, "w", 1, {}, "SUCCESS")
+    assert_first_unlawful(path, table, 1, seq, code)
+
+
+# ----------------------------------------------------- the sqlite3 shell plants a trigger
+
+
+@pytest.fixture
+def shell() -> str:
+    found = shutil.which("sqlite3")
+    if found is None:
+        if os.environ.get("CASSETTE_REQUIRE_SQLITE3_SHELL"):
+            pytest.fail("CASSETTE_REQUIRE_SQLITE3_SHELL is set but sqlite3 is not on PATH")
+        pytest.skip("the sqlite3 command-line shell is not installed (CI installs it)")
+    return found
+
+
+def run_shell(shell: str, path: Path, script: str) -> None:
+    result = subprocess.run(
+        [shell, "-bail", str(path)], input=script, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def _schema(path: Path) -> list[tuple[str, str]]:
+    conn = sqlite3.connect(path)
+    try:
+        return sorted(conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"))
+    finally:
+        conn.close()
+
+
+@needs_judge
+def test_a_planted_trigger_makes_an_honest_claim_one_the_row_never_took(
+    shell: str, path: Path, clock: ManualClock
+) -> None:
+    """w's honest claim is journaled and dropped; with the trigger gone, v claims the same
+    step and gets w's token: two holders of token 1, and verify sees the second claim
+    follow a revision that already held the lease."""
+    with MessageCassette(path, clock=clock) as cassette:
+        cassette.post_message({"n": 0}, "r", "USER")
+    schema = _schema(path)
+    run_shell(
+        shell,
+        path,
+        "CREATE TRIGGER planted BEFORE UPDATE ON cassette_steps"
+        " WHEN NEW.lease_owner = 'w' BEGIN SELECT RAISE(IGNORE); END;",
+    )
+    with MessageCassette(path, clock=clock) as cassette:
+        first = cassette.claim_step("r", "w", 60)
+        assert (first["step_id"], first["fencing_token"]) == (1, 1)
+        assert cassette.get_step(1)["status"] == "PENDING"
+    run_shell(shell, path, "DROP TRIGGER planted;")
+    assert _schema(path) == schema
+    with MessageCassette(path, clock=clock) as cassette:
+        seq = journal_size(cassette.conn)
+        second = cassette.claim_step("r", "v", 60)
+        assert (second["step_id"], second["fencing_token"]) == (1, 1)
+        cassette.complete_step("r", 1, "v", 1, {}, "SUCCESS")
+    assert_first_unlawful(path, "cassette_steps", 1, seq, "LEASE_FIELDS_LOCKED")
+
+
+SHELL_FORGERIES = {
+    # name: (planted triggers, the forged step revision's code)
+    "payload-rewritten": (
+        "CREATE TRIGGER planted_write AFTER INSERT ON cassette_messages"
+        " WHEN NEW.message_id = 2 BEGIN"
+        " UPDATE cassette_steps SET payload_json = '{\"n\":666}' WHERE step_id = 1; END;"
+        "CREATE TRIGGER planted_skip BEFORE UPDATE ON cassette_steps"
+        " WHEN NEW.payload_json IS NOT OLD.payload_json BEGIN SELECT RAISE(IGNORE); END;",
+        "IMMUTABLE_FIELD",
+    ),
+    "committed-without-receipt": (
+        "CREATE TRIGGER planted_write AFTER INSERT ON cassette_messages"
+        " WHEN NEW.message_id = 2 BEGIN"
+        " UPDATE cassette_steps SET status = 'COMMITTED' WHERE step_id = 1; END;"
+        "CREATE TRIGGER planted_skip BEFORE UPDATE ON cassette_steps"
+        " WHEN NEW.status = 'COMMITTED' AND NOT EXISTS"
+        " (SELECT 1 FROM cassette_receipts WHERE step_id = NEW.step_id)"
+        " BEGIN SELECT RAISE(IGNORE); END;",
+        "RECEIPT_REQUIRED",
+    ),
+}
+
+
+@needs_judge
+@pytest.mark.parametrize("forgery", list(SHELL_FORGERIES))
+def test_a_planted_trigger_makes_an_honest_post_journal_a_forged_row(
+    shell: str, path: Path, clock: ManualClock, forgery: str
+) -> None:
+    planted, code = SHELL_FORGERIES[forgery]
+    with MessageCassette(path, clock=clock) as cassette:
+        cassette.post_message({"n": 0}, "r", "USER")
+        cassette.claim_step("r", "w", 60)
+    schema = _schema(path)
+    run_shell(shell, path, planted)
+    with MessageCassette(path, clock=clock) as cassette:
+        start = journal_size(cassette.conn)
+        cassette.post_message({"n": 1}, "r", "USER")  # an honest post: message 2
+        (seq,) = entries_of(cassette.conn, "cassette_steps", 1, start)
+    run_shell(shell, path, "DROP TRIGGER planted_write; DROP TRIGGER planted_skip;")
+    assert _schema(path) == schema
+    with MessageCassette(path, clock=clock) as cassette:
+        assert cassette.get_step(1)["status"] == "LEASED"
+        cassette.complete_step("r", 1, "w", 1, {}, "SUCCESS")  # overwrites the row
+    assert_first_unlawful(path, "cassette_steps", 1, seq, code)
+
+
+# ------------------------------- a client drops the file's rules of a table, writes, restores
+
+
+def _plan(cassette: MessageCassette, path: Path, clock: ManualClock) -> None:
+    with CausalChain(path, clock=clock) as chain:
+        chain.append_action(
+            {"plan_id": "p", "intent_id": "i", "action_type": "PlanStarted", "function_name": "f"}
+        )
+        chain.append_action(
+            {"plan_id": "p", "intent_id": "i", "action_type": "PlanCompleted", "function_name": "f"}
+        )
+
+
+ACTION = (
+    "INSERT INTO cassette_actions (action_seq, action_id, plan_id, intent_id, action_type,"
+    " function_name, arguments_json, result_json, success, cost_micros, duration_ms,"
+    " timestamp, metadata_json) VALUES (NULL, '00000000-0000-4000-8000-00000000ffff', {plan},"
+    " 'i', {kind}, 'f', '[]', NULL, 1, 0, 0, {now}, '{{}}')"
+)
+
+WIDER = {
+    # name: (table whose rules are dropped, forged SQL, key, expected code)
+    "step-inserted-leased": (
+        "cassette_steps",
+        "INSERT INTO cassette_steps (step_id, job_id, run_id, message_id, job_ordinal, ordinal,"
+        " status, lease_owner, lease_expires_at, fencing_token, payload_json, created_at)"
+        " VALUES (3, 1, 'r', 1, 0, 2, 'LEASED', 'x', {soon}, 1, '{{}}', {now})",
+        3,
+        "ILLEGAL_TRANSITION",
+    ),
+    "receipt-of-another-job": (
+        "cassette_receipts",
+        "INSERT INTO cassette_receipts (receipt_id, step_id, job_id, run_id, worker_id,"
+        " fencing_token, outcome, receipt_json, created_at)"
+        " VALUES (1, 1, 2, 'r', 'w', 1, 'SUCCESS', '{{}}', {now})",
+        1,
+        "REFERENCE_MISMATCH",
+    ),
+    "receipt-of-another-run": (
+        "cassette_receipts",
+        "INSERT INTO cassette_receipts (receipt_id, step_id, job_id, run_id, worker_id,"
+        " fencing_token, outcome, receipt_json, created_at)"
+        " VALUES (1, 1, 1, 'other', 'w', 1, 'SUCCESS', '{{}}', {now})",
+        1,
+        "RUN_MISMATCH",
+    ),
+    "release-by-a-non-holder": (
+        "cassette_releases",
+        "INSERT INTO cassette_releases (release_id, step_id, run_id, worker_id, fencing_token,"
+        " created_at) VALUES (1, 1, 'r', 'x', 1, {now})",
+        1,
+        "WRONG_WORKER",
+    ),
+    "message-id-skips": (
+        "cassette_messages",
+        "INSERT INTO cassette_messages (message_id, run_id, source, payload_json, created_at)"
+        " VALUES (4, 'r', 'USER', '{{}}', {now})",
+        4,
+        "OUT_OF_ORDER",
+    ),
+    "message-dated-before-the-ledger": (
+        "cassette_messages",
+        "INSERT INTO cassette_messages (message_id, run_id, source, payload_json, created_at)"
+        " VALUES (3, 'r', 'USER', '{{}}', 1)",
+        3,
+        "TIME_BACKWARDS",
+    ),
+    "message-with-an-integer-beyond-64-bits": (
+        "cassette_messages",
+        "INSERT INTO cassette_messages (message_id, run_id, source, payload_json, created_at)"
+        " VALUES (3, 'r', 'USER', '{{\"n\":1180591620717411303424}}', {now})",
+        3,
+        "INVALID_PAYLOAD",
+    ),
+    "message-nested-1500-deep": (
+        "cassette_messages",
+        "INSERT INTO cassette_messages (message_id, run_id, source, payload_json, created_at)"
+        " VALUES (3, 'r', 'USER', '{{\"a\":' || replace(printf('%.1500c', '['), ' ', '[')"
+        " || replace(printf('%.1500c', ']'), ' ', ']') || '}}', {now})",
+        3,
+        "INVALID_PAYLOAD",
+    ),
+    "action-after-its-plan-finished": (
+        "cassette_actions",
+        ACTION.replace("{plan}", "'p'").replace("{kind}", "'PlanStepStarted'"),
+        3,
+        "PLAN_FINISHED",
+    ),
+    "plan-action-before-its-plan-started": (
+        "cassette_actions",
+        ACTION.replace("{plan}", "'q'").replace("{kind}", "'PlanPaused'"),
+        3,
+        "PLAN_NOT_STARTED",
+    ),
+    "attestation-for-another-worker": (
+        "cassette_attestations",
+        "INSERT INTO cassette_attestations (attestation_id, act, run_id, message_id, step_id,"
+        " fencing_token, worker_id, key_id, signature, created_at)"
+        " VALUES (1, 'complete', 'r', NULL, 1, 1, 'x', '0123456789abcdef', '"
+        + "A" * 86
+        + "==', {now})",
+        1,
+        "WRONG_WORKER",
+    ),
+}
+
+
+@needs_judge
+@pytest.mark.parametrize("attack", list(WIDER))
+def test_a_client_without_a_tables_rules(
+    cassette: MessageCassette, path: Path, clock: ManualClock, attack: str
+) -> None:
+    """The revision is in both the row and its entry; the write path refuses it with
+    ``code`` when the rules are in place."""
+    table, template, key, code = WIDER[attack]
+    cassette.claim_step("r", "w", 60)
+    _plan(cassette, path, clock)
+    conn = cassette.conn
+    soon = clock.now_ms() + MINUTE_MS
+    sql = template.format(now=clock.now_ms(), soon=soon)
+    refused = write_path_code(conn, sql)
+    assert refused == code or (code == "PLAN_NOT_STARTED" and refused == "REFERENCE_MISSING"), (
+        refused
+    )
+    seq = journal_size(conn)
+    with without_rules(conn, table):
+        conn.execute(sql)
+    assert journal_size(conn) > seq
+    findings = report(path)["findings"]
+    assert not [f for f in findings if f["kind"] in {"schema_changed", "schema_missing"}]
+    assert_first_unlawful(path, table, key, seq, code)
+
+
+# ----------------------------------------- a receipt dated after its lease, both backends
+
+
+@pytest.mark.both_backends
+@needs_judge
+def test_a_success_receipt_dated_after_its_lease_expired(backend: Ledger) -> None:
+    """LAW 3 rule 4: after expiry only ABORTED. On SQLite the client drops the package's
+    TEMP clock guard and completes; on PostgreSQL the owner turns the receipt's guard off
+    and on in one transaction (its created_at is then the one given)."""
+    with backend.open() as cassette:
+        cassette.post_message({"n": 0}, "r", "USER")
+        leased = cassette.claim_step("r", "w", 1)
+        backend.advance(2_000)
+        if not backend.postgresql:
+            cassette.conn.execute("DROP TRIGGER temp.cassette_receipts_clock_guard")
+            seq = journal_size(cassette.conn)
+            cassette.complete_step("r", 1, "w", leased["fencing_token"], {}, "SUCCESS")
+    if backend.postgresql:
+        from .test_postgres_history_attacks import owner_transaction
+
+        seq = backend.count("cassette_journal")
+        with owner_transaction(
+            backend.target, "cassette_receipts", "cassette_receipts_insert"
+        ) as pg:
+            pg.execute(
+                "INSERT INTO cassette_receipts (receipt_id, step_id, job_id, run_id, worker_id,"
+                " fencing_token, outcome, receipt_json, created_at)"
+                " VALUES (1, 1, 1, 'r', 'w', %s, 'SUCCESS', '{}', cassette_tx_ms())",
+                (leased["fencing_token"],),
+            )
+    ((expires,),) = backend.rows("SELECT lease_expires_at FROM cassette_steps WHERE step_id = 1")
+    ((dated,),) = backend.rows("SELECT created_at FROM cassette_receipts WHERE receipt_id = 1")
+    assert dated > expires  # both dates in the rows
+    assert_first_unlawful(backend.target, "cassette_receipts", 1, seq, "LEASE_EXPIRED")
+
+
+def test_an_honest_ledger_has_no_unlawful_history(
+    cassette: MessageCassette, path: Path, clock: ManualClock
+) -> None:
+    """The judge's other side: every kind of lawful revision passes."""
+    first = cassette.claim_step("r", "w", 1)
+    cassette.requeue("r", first["step_id"], worker_id="w", fencing_token=first["fencing_token"])
+    again = cassette.claim_step("r", "w", 1)
+    clock.advance(2_000)
+    cassette.requeue("r")
+    third = cassette.claim_step("r", "v", 60)
+    assert third["step_id"] == again["step_id"]
+    cassette.complete_step("r", third["step_id"], "v", third["fencing_token"], {}, "SUCCESS")
+    other = cassette.claim_step("r", "v", 1)
+    clock.advance(2_000)
+    cassette.complete_step("r", other["step_id"], "v", other["fencing_token"], {}, "ABORTED")
+    _plan(cassette, path, clock)
+    result = report(path)
+    assert result["ok"], result["findings"]
+    assert unlawful(result["findings"]) == {}
+    with pytest.raises(CassetteError):
+        cassette.claim_step("r", "v", 60)
