@@ -10,6 +10,9 @@ assertion fails: the attack passes verify, which is the hole the test records.
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +92,93 @@ def entries_of(conn: Any, table: str, key: int, start: int = 0) -> list[int]:
         if parsed["table"] == table and parsed["key"] == key:
             seqs.append(int(seq))
     return seqs
+
+
+# ------------------------------------------------------- how each attacker stores a revision
+
+
+def _code(exc: BaseException) -> str:
+    return str(exc).split(":", 1)[0]
+
+
+def write_path_code(conn: sqlite3.Connection, sql: str, params: Any = ()) -> str:
+    """The code the write path (the package connection with every trigger in place)
+    refuses ``sql`` with; the statement is rolled back either way."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(sql, params)
+    except sqlite3.IntegrityError as exc:
+        return _code(exc)
+    finally:
+        conn.execute("ROLLBACK")
+    raise AssertionError(f"the write path accepts {sql}")
+
+
+@contextmanager
+def ignoring(
+    conn: sqlite3.Connection, event: str, table: str, when: str, *, clock_guard: bool = True
+) -> Iterator[None]:
+    """The client's own TEMP trigger, created on its package connection: every row of
+    ``event`` on ``table`` matching ``when`` is dropped. Created after the package's TEMP
+    triggers, it fires after them (SQLite's order for a connection's TEMP triggers of one
+    event; ``forge`` checks the entry was written), so the journal records the row first
+    and the file's rules, which fire after every TEMP trigger, never see it. Without
+    ``clock_guard`` the client also drops the package's TEMP clock guard of the table for
+    the while (it is its own connection), which would refuse first."""
+    guard = f"{table}_clock_guard"
+    saved = ""
+    if not clock_guard:
+        (saved,) = conn.execute(
+            "SELECT sql FROM temp.sqlite_master WHERE name = ?", (guard,)
+        ).fetchone()
+        conn.execute(f"DROP TRIGGER temp.{guard}")
+    conn.execute(
+        f"CREATE TEMP TRIGGER client_skip BEFORE {event} ON main.{table} WHEN {when}"
+        " BEGIN SELECT RAISE(IGNORE); END"
+    )
+    try:
+        yield
+    finally:
+        conn.execute("DROP TRIGGER temp.client_skip")
+        if not clock_guard:
+            conn.execute(saved.replace("CREATE TRIGGER", "CREATE TEMP TRIGGER", 1))
+
+
+def forge(conn: sqlite3.Connection, sql: str, params: Any = ()) -> int:
+    """Run ``sql`` in a write transaction of its own; the seq its first entry took."""
+    seq = journal_size(conn)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(sql, params)
+    conn.execute("COMMIT")
+    assert journal_size(conn) > seq, "nothing was journaled"
+    return seq
+
+
+@contextmanager
+def owner_transaction(url: str, table: str, trigger: str) -> Iterator[Any]:
+    """A PostgreSQL owner's one transaction: ``trigger`` of ``table`` off, the caller's
+    writes (the head taken first, as every journaled write of the ledger does), the
+    trigger on, commit. Nothing is left disabled."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}")
+        conn.execute("SELECT cassette_tx_ms()")
+        yield conn
+        conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}")
+
+
+def pg_write_path_code(url: str, sql: str, params: Any = None) -> str:
+    """The code a PostgreSQL ledger's triggers, all on, refuse ``sql`` with (rolled back)."""
+    import psycopg
+
+    from catalytic_cassette.postgresql.connection import translate
+
+    with psycopg.connect(url) as conn:
+        try:
+            conn.execute(sql, params)
+        except psycopg.Error as exc:
+            return translate(exc).code.value
+        finally:
+            conn.rollback()
+    raise AssertionError(f"the write path accepts {sql}")

@@ -4,10 +4,9 @@ code the write path refuses it with, and keep naming it after honest writes over
 row (before, an honest write made the table equal the journal's last image and verify
 passed).
 
-- A client on a package connection adds its own TEMP trigger ending in RAISE(IGNORE) and
-  re-creates the package's journal triggers after it (SQLite fires the newest trigger of
-  an event first; a WHEN clause keeps the client's honest calls working): the journal
-  records a revision the row never takes.
+- A client on a package connection adds its own TEMP trigger ending in RAISE(IGNORE) (a
+  WHEN clause keeps its honest calls working); it fires after the package's TEMP journal
+  trigger and before the file's rules: the journal records a revision the row never takes.
 - The ``sqlite3`` shell, with none of the package's functions, plants a persistent trigger;
   an honest worker's call then journals what the trigger makes of it; the shell drops the
   trigger, and the schema is again what the migrations make.
@@ -37,79 +36,17 @@ from .backends import Ledger
 from .history_judge import (
     assert_first_unlawful,
     entries_of,
+    forge,
+    ignoring,
     journal_size,
     needs_judge,
+    owner_transaction,
     report,
     unlawful,
+    write_path_code,
 )
 
 MINUTE_MS = 60_000
-
-
-def _code(exc: BaseException) -> str:
-    return str(exc).split(":", 1)[0]
-
-
-def write_path_code(conn: sqlite3.Connection, sql: str, params: Any = ()) -> str:
-    """The code the write path (the package connection with every trigger in place)
-    refuses ``sql`` with; the statement is rolled back either way."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute(sql, params)
-    except sqlite3.IntegrityError as exc:
-        return _code(exc)
-    finally:
-        conn.execute("ROLLBACK")
-    raise AssertionError(f"the write path accepts {sql}")
-
-
-def journal_first(conn: sqlite3.Connection) -> None:
-    """Re-create the package's TEMP journal triggers, so they fire before every trigger
-    the client added (SQLite fires the newest trigger of an event first)."""
-    for name, sql in conn.execute(
-        "SELECT name, sql FROM temp.sqlite_master WHERE type = 'trigger'"
-        " AND name LIKE '%journal%' ORDER BY rowid"
-    ).fetchall():
-        conn.execute(f"DROP TRIGGER temp.{name}")
-        conn.execute(sql.replace("CREATE TRIGGER", "CREATE TEMP TRIGGER", 1))
-
-
-@contextmanager
-def ignoring(
-    conn: sqlite3.Connection, event: str, table: str, when: str, *, clock_guard: bool = True
-) -> Iterator[None]:
-    """The client's own TEMP trigger: every row of ``event`` on ``table`` matching
-    ``when`` is dropped after the package's journal trigger recorded it. Without
-    ``clock_guard`` the client also drops the package's TEMP clock guard of the table for
-    the while (it is its own connection), which would refuse first."""
-    guard = f"{table}_clock_guard"
-    saved = ""
-    if not clock_guard:
-        (saved,) = conn.execute(
-            "SELECT sql FROM temp.sqlite_master WHERE name = ?", (guard,)
-        ).fetchone()
-        conn.execute(f"DROP TRIGGER temp.{guard}")
-    conn.execute(
-        f"CREATE TEMP TRIGGER client_skip BEFORE {event} ON main.{table} WHEN {when}"
-        " BEGIN SELECT RAISE(IGNORE); END"
-    )
-    journal_first(conn)
-    try:
-        yield
-    finally:
-        conn.execute("DROP TRIGGER temp.client_skip")
-        if not clock_guard:
-            conn.execute(saved.replace("CREATE TRIGGER", "CREATE TEMP TRIGGER", 1))
-
-
-def forge(conn: sqlite3.Connection, sql: str, params: Any = ()) -> int:
-    """Run ``sql`` in a write transaction of its own; the seq its first entry took."""
-    seq = journal_size(conn)
-    conn.execute("BEGIN IMMEDIATE")
-    conn.execute(sql, params)
-    conn.execute("COMMIT")
-    assert journal_size(conn) > seq, "nothing was journaled"
-    return seq
 
 
 @contextmanager
@@ -540,8 +477,6 @@ def test_a_success_receipt_dated_after_its_lease_expired(backend: Ledger) -> Non
             seq = journal_size(cassette.conn)
             cassette.complete_step("r", 1, "w", leased["fencing_token"], {}, "SUCCESS")
     if backend.postgresql:
-        from .test_postgres_history_attacks import owner_transaction
-
         seq = backend.count("cassette_journal")
         with owner_transaction(
             backend.target, "cassette_receipts", "cassette_receipts_insert"

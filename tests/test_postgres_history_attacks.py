@@ -9,16 +9,20 @@ ledgers: the law is the same on both sides.)"""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import pytest
 
 from catalytic_cassette import MessageCassette
-from catalytic_cassette.postgresql.connection import translate
 
 from .backends import ServerClock
-from .history_judge import assert_first_unlawful, journal_size, needs_judge, report
+from .history_judge import (
+    assert_first_unlawful,
+    journal_size,
+    needs_judge,
+    owner_transaction,
+    report,
+)
+from .history_judge import pg_write_path_code as write_path_code
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -26,30 +30,6 @@ pytestmark = pytest.mark.postgresql
 
 MINUTE_MS = 60_000
 STEP_RULES = ("cassette_steps", "cassette_steps_update")
-
-
-@contextmanager
-def owner_transaction(url: str, table: str, trigger: str) -> Iterator[Any]:
-    """The owner's transaction: ``trigger`` of ``table`` off, the caller's writes (the
-    head taken first, as every journaled write of the ledger does), the trigger on,
-    commit. Nothing is left disabled."""
-    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
-        conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}")
-        conn.execute("SELECT cassette_tx_ms()")
-        yield conn
-        conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}")
-
-
-def write_path_code(url: str, sql: str, params: Any = None) -> str:
-    """The code the ledger's triggers, all on, refuse ``sql`` with (rolled back)."""
-    with psycopg.connect(url) as conn:
-        try:
-            conn.execute(sql, params)
-        except psycopg.Error as exc:
-            return translate(exc).code.value
-        finally:
-            conn.rollback()
-    raise AssertionError(f"the write path accepts {sql}")
 
 
 def _seq(url: str) -> int:
