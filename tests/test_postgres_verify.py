@@ -364,10 +364,13 @@ def test_a_step_committed_without_its_receipt_and_journaled_consistently(busy: s
         )
         conn.execute("ALTER TABLE cassette_steps ENABLE TRIGGER cassette_steps_update")
     report = verify(busy)
-    assert errors(report) == {"committed_without_receipt"}, report.findings
-    # --run-id limits state and consistency to one run's rows
+    assert errors(report) == {"committed_without_receipt", "unlawful_history"}, report.findings
+    # --run-id limits state, consistency and history to one run's rows
     assert verify(busy, run_id="run").ok
-    assert errors(verify(busy, run_id="run-2")) == {"committed_without_receipt"}
+    assert errors(verify(busy, run_id="run-2")) == {
+        "committed_without_receipt",
+        "unlawful_history",
+    }
 
 
 def test_run_id_limits_the_row_checks(owner: Any, busy: str) -> None:

@@ -46,6 +46,7 @@ from ..verify.artifacts import check_artifacts
 from ..verify.chain import TreeWalk, walk_entries
 from ..verify.consistency import check_checkpoint_ids, check_consistency, check_dense_ids
 from ..verify.findings import Collector, Finding, FindingKind, Severity, VerifyReport
+from ..verify.history import check_history
 from ..verify.options import Level, VerifyOptions
 from ..verify.schema import check_ledger_id, meta_is_a_cassettes
 from ..verify.seals import UNANCHORED_NOTE, check_recorded_seals, judge_anchors, recorded_seals
@@ -318,13 +319,14 @@ def _tables_present(conn: psycopg.Connection[Any]) -> list[str]:
 def _check_rows(mirror: sqlite3.Connection, options: VerifyOptions, now_ms: int) -> Collector:
     """Checks 3-5 on the private copy, as ``verify.run`` runs them on a ledger file:
     state (a full replay), consistency, checkpoint ids, dense ids; then time."""
-    rows, time = Collector(), Collector()
+    rows, lawful, time = Collector(), Collector(), Collector()
     check_state(mirror, rows, options.run_id, check_journal_columns)
+    check_history(mirror, lawful, now_ms, options.clock_skew_ms, run_id=options.run_id)
     check_time(mirror, time, now_ms, options.clock_skew_ms, options.max_time_jump_ms)
     check_consistency(mirror, rows, options.run_id, now_ms)
     check_checkpoint_ids(mirror, rows)
     check_dense_ids(mirror, rows)
-    rows.merge(time)
+    rows.merge(lawful, time)
     return rows
 
 

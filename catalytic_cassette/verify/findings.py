@@ -64,6 +64,8 @@ class FindingKind(str, Enum):
     CHECKPOINT_ID = "checkpoint_id"
     ID_ORDER = "id_order"
     LEASE_EXPIRED = "lease_expired"
+    # history: every revision a lawful step from the one before it
+    UNLAWFUL_HISTORY = "unlawful_history"
     # time
     TIME_BACKWARDS = "time_backwards"
     TIME_IN_FUTURE = "time_in_future"

@@ -31,6 +31,7 @@ from .artifacts import check_artifacts
 from .chain import TreeWalk, check_chain
 from .consistency import check_checkpoint_ids, check_consistency, check_dense_ids
 from .findings import MAX_FINDINGS_PER_KIND, Collector, Finding, FindingKind, VerifyReport
+from .history import check_history
 from .options import Level, VerifyOptions
 from .schema import check_schema, looks_like_a_ledger, recorded_version
 from .seals import UNANCHORED_NOTE, check_recorded_seals, judge_anchors, recorded_seals
@@ -235,6 +236,7 @@ class _SqlChecks:
         self.pages = Collector()
         self.rows = Collector()
         self.time = Collector()
+        self.lawful = Collector()  # history (``history.py``)
         self.errors: dict[str, BaseException] = {}
         # The file is checked table by table (each with its indexes), largest first, by
         # whichever connection is free: the other threads from the start, the walk's
@@ -322,9 +324,12 @@ class _SqlChecks:
         options = self.options
         try:
             if stream is not None and stream.finish():
-                self.rows, self.time = stream.rows, stream.time
+                self.rows, self.time, self.lawful = stream.rows, stream.time, stream.lawful
             else:
                 check_state(conn, self.rows, options.run_id)
+                check_history(
+                    conn, self.lawful, self.now_ms, options.clock_skew_ms, run_id=options.run_id
+                )
                 check_time(
                     conn, self.time, self.now_ms, options.clock_skew_ms, options.max_time_jump_ms
                 )
@@ -349,10 +354,10 @@ class _SqlChecks:
         for table in self._tables:  # findings in one order, whoever found them
             self.pages.merge(self._found[table])
         if not self.pages_intact:
-            self.rows, self.time = Collector(), Collector()
+            self.rows, self.time, self.lawful = Collector(), Collector(), Collector()
         elif "rows" in self.errors:
             raise self.errors["rows"]
-        self.rows.merge(self.time)
+        self.rows.merge(self.lawful, self.time)
 
 
 class _Artifacts:

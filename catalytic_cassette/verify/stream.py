@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from .findings import Collector
+from .history import JUDGED, HistoryJudge
 from .state import HISTORY, create_history, drop_history, rendered, report_differences
 from .tables import MUTABLE_TABLES, TABLES
 from .timeline import TimeJudge
@@ -102,6 +103,8 @@ class StateStream:
         self.rows = Collector()
         self.time = Collector()
         self.judge = TimeJudge(self.time, now_ms, skew_ms, jump_ms)
+        self.lawful = Collector()  # history's findings (``history.py``)
+        self.history = HistoryJudge(self.lawful, now_ms, skew_ms)
         self.held = True  # every entry so far is as an honest writer makes it
         self._defer = defer
         self._steps: list[tuple[Any, ...]] = []
@@ -177,6 +180,12 @@ class StateStream:
                     tuple(rowids[k] for k in out),
                 )
             self._dated(seqs[i:j], dates, row_keys, stream[1])
+            history = self.history
+            if stream[1] in JUDGED:  # (receipts, releases, attestations: few)
+                for k in range(i, j):
+                    history.body(seqs[k], bodies[k])
+            elif history.requeues:
+                history.dated(seqs[i], dates[0])
             i = j
 
     def _paired(self, runs: _Runs, table: str, seqs: list[int], rowids: tuple[Any, ...]) -> None:
@@ -251,6 +260,8 @@ class StateStream:
             self.held = False
             return
         self._steps.append((_STEPS, key, key, seq, insert, seq, seq if insert else None))
+        if type(row) is dict:
+            self.history.entry(seq, _STEPS, "INSERT" if insert else "UPDATE", key, row)
         if len(self._steps) >= _BATCH:
             self._flush()
         if not insert and status == "LEASED" and lease is not None:
@@ -277,6 +288,7 @@ class StateStream:
                     return False
             self._flush()
             self.judge.finish()
+            self.history.finish()
             report_differences(self.conn, self.rows, _STEPS, None)
         finally:
             self._streams.clear()  # (finalizes the cursors)

@@ -1,0 +1,160 @@
+"""History judged on real ledgers of both backends: an honest busy ledger verifies clean,
+and an unlawful revision that an honest write has since overwritten is still named (one
+attacker per backend as a smoke test: a TEMP trigger on a package connection, a trigger
+planted and dropped from a raw shell, a PostgreSQL owner switching a rule off inside one
+transaction)."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from catalytic_cassette import CassetteError
+from catalytic_cassette.verify import verify_path
+from catalytic_cassette.worker_keys import WorkerKey
+
+from .backends import Ledger
+
+
+def busy(backend: Ledger) -> None:
+    """Claims, completions, releases, requeues after expiry, max-attempts ABORTED
+    receipts, complete_and_claim and a signing worker."""
+    with backend.open() as cassette:
+        for n in range(6):
+            cassette.post_message({"n": n}, "r", "USER")
+        cassette.post_message(
+            {"jobs": [{"intent": "i", "steps": [{"s": 1}, {"s": 2}, {"s": 3}]}]}, "b", "PLANNER"
+        )
+        first = cassette.claim_step("r", "w1", 60)
+        done = cassette.complete_and_claim(
+            "r", first["step_id"], "w1", first["fencing_token"], {"ok": 1}, "SUCCESS", 60
+        )
+        nxt = done["next"]
+        cassette.requeue("r", nxt["step_id"], worker_id="w1", fencing_token=nxt["fencing_token"])
+        cassette.claim_step("r", "w2", 1)
+        backend.advance(2_000)
+        assert cassette.requeue("r")  # after expiry
+        again = cassette.claim_step("r", "w3", 1)
+        backend.advance(2_000)
+        closed = cassette.requeue("r", max_attempts=2)  # token 2: ABORTED
+        assert closed and again["step_id"] == closed[0]["step_id"]
+        for _ in range(2):
+            held = cassette.claim_step("b", "w4", 60)
+            cassette.complete_step("b", held["step_id"], "w4", held["fencing_token"], {}, "FAILURE")
+        cassette.claim_step("b", "w5", 60)  # left leased
+    signer = WorkerKey("w6", Ed25519PrivateKey.generate())
+    with backend.open(worker_key=signer) as cassette:
+        cassette.post_message({"signed": True}, "c", "WORKER")
+        cassette.post_message({"signed": 2}, "c", "WORKER")
+        held = cassette.claim_step("c", "w6", 60)
+        cassette.complete_step("c", held["step_id"], "w6", held["fencing_token"], {}, "SUCCESS")
+        held = cassette.claim_step("c", "w6", 60)
+        cassette.requeue("c", held["step_id"], worker_id="w6", fencing_token=held["fencing_token"])
+        held = cassette.claim_step("c", "w6", 1)
+        backend.advance(2_000)
+        cassette.requeue("c")  # a signed requeue after expiry
+
+
+def unlawful(report: Any) -> list[tuple[Any, Any, str]]:
+    return [
+        (f.table, f.key, f.detail.split(":")[0])
+        for f in report.findings
+        if f.kind.value == "unlawful_history"
+    ]
+
+
+@pytest.mark.both_backends
+def test_an_honest_busy_ledger_has_a_lawful_history(backend: Ledger) -> None:
+    busy(backend)
+    report = verify_path(backend.target)
+    assert report.ok, [f.to_dict() for f in report.errors]
+    assert unlawful(report) == []
+    assert unlawful(verify_path(backend.target, run_id="r")) == []
+
+
+def _overwrite(backend: Ledger, step_id: int) -> None:
+    """Honest writes after the lie: the row ends as the journal's last image says."""
+    with backend.open() as cassette:
+        backend.advance(120_000)
+        cassette.requeue("r")
+        held = cassette.claim_step("r", "honest", 60)
+        assert held["step_id"] == step_id
+        cassette.complete_step("r", step_id, "honest", held["fencing_token"], {}, "SUCCESS")
+
+
+def test_a_revision_a_temp_trigger_dropped_is_named_after_an_honest_overwrite(
+    tmp_path: Path,
+) -> None:
+    backend = Ledger("sqlite", str(tmp_path / "ledger.db"))
+    with backend.open() as cassette:
+        cassette.post_message({}, "r", "USER")
+        held = cassette.claim_step("r", "w", 60)
+        conn = cassette.conn
+        conn.execute(
+            "CREATE TEMP TRIGGER skip BEFORE UPDATE ON main.cassette_steps"
+            " BEGIN SELECT RAISE(IGNORE); END"
+        )
+        with cassette.write() as write:  # (the package's transaction, clock and journal)
+            write.execute(
+                "UPDATE cassette_steps SET status = 'COMMITTED' WHERE step_id = ?",
+                (held["step_id"],),
+            )
+        conn.execute("DROP TRIGGER temp.skip")
+    _overwrite(backend, held["step_id"])
+    report = verify_path(backend.target)
+    assert not report.ok
+    assert unlawful(report) == [("cassette_steps", held["step_id"], "RECEIPT_REQUIRED")]
+
+
+def test_a_planted_then_dropped_trigger_is_named(tmp_path: Path) -> None:
+    """From a raw shell: a trigger in the file that drops a claim's row change after the
+    package journaled it; an honest worker claims, the trigger is dropped, another worker
+    claims the same step and gets the same token."""
+    backend = Ledger("sqlite", str(tmp_path / "ledger.db"))
+    with backend.open() as cassette:
+        cassette.post_message({}, "r", "USER")
+    shell = sqlite3.connect(backend.target, isolation_level=None)
+    shell.execute(
+        "CREATE TRIGGER planted BEFORE UPDATE ON cassette_steps"
+        " WHEN NEW.status = 'LEASED' BEGIN SELECT RAISE(IGNORE); END"
+    )
+    with backend.open() as cassette, contextlib.suppress(CassetteError):
+        cassette.claim_step("r", "w", 60)  # journaled; the row never took it
+    shell.execute("DROP TRIGGER planted")
+    shell.close()
+    with backend.open() as cassette:
+        again = cassette.claim_step("r", "w2", 60)
+        assert again["fencing_token"] == 1
+        cassette.complete_step("r", again["step_id"], "w2", 1, {}, "SUCCESS")
+    report = verify_path(backend.target)
+    assert not report.ok
+    assert unlawful(report) == [("cassette_steps", again["step_id"], "LEASE_FIELDS_LOCKED")]
+
+
+def test_an_owner_switching_a_rule_off_inside_a_transaction_is_named(pg_ledger: str) -> None:
+    import psycopg
+
+    backend = Ledger("postgresql", pg_ledger)
+    with backend.open() as cassette:
+        cassette.post_message({}, "r", "USER")
+        held = cassette.claim_step("r", "w", 3_600)  # (an hour: beyond the clock skew allowed)
+    with psycopg.connect(backend.target) as owner:
+        owner.execute("SELECT cassette_tx_ms()")  # (takes the head, as every write does)
+        owner.execute("ALTER TABLE cassette_steps DISABLE TRIGGER cassette_steps_update")
+        owner.execute(
+            "UPDATE cassette_steps SET status = 'PENDING', lease_owner = NULL,"
+            " lease_expires_at = NULL WHERE step_id = %s",
+            (held["step_id"],),
+        )
+        owner.execute("ALTER TABLE cassette_steps ENABLE TRIGGER cassette_steps_update")
+    with backend.open() as cassette:
+        again = cassette.claim_step("r", "w2", 60)
+        cassette.complete_step("r", again["step_id"], "w2", again["fencing_token"], {}, "SUCCESS")
+    report = verify_path(backend.target)
+    assert not report.ok
+    assert unlawful(report) == [("cassette_steps", held["step_id"], "LEASE_NOT_EXPIRED")]
