@@ -35,6 +35,51 @@ needs_judge = pytest.mark.xfail(
 )
 
 
+# Attacks verify's judge still lets pass: each a strict xfail with its reason.
+MISSED = {
+    "lease-beyond-30-days": (
+        "a claim's revision records no time and the judge dates no claim: a lease expiring"
+        " more than 30 days after the first dated entry that follows the claim passes"
+        " (INVALID_TTL); lease_over_cap sees only the table's current lease"
+    ),
+    "message-id-skips": (
+        "messages are not judged: a skipped message_id is reported as id_order, not as the"
+        " entry that broke OUT_OF_ORDER"
+    ),
+    "message-dated-before-the-ledger": (
+        "messages are not judged: reported as time_backwards, not unlawful_history"
+    ),
+    "message-with-an-integer-beyond-64-bits": (
+        "messages are not judged: a payload with an integer beyond 64 bits that the table"
+        " holds passes (INVALID_PAYLOAD)"
+    ),
+    "message-nested-1500-deep": (
+        "messages are not judged: a payload nested 1500 deep that the table holds passes"
+        " (INVALID_PAYLOAD)"
+    ),
+    "action-after-its-plan-finished": (
+        "actions are not judged: an action after its plan's PlanCompleted passes (PLAN_FINISHED)"
+    ),
+    "plan-action-before-its-plan-started": (
+        "actions are not judged: a Plan* action of a plan never started passes (PLAN_NOT_STARTED)"
+    ),
+}
+
+
+def judged(attacks: dict[str, Any]) -> list[Any]:
+    """The attacks' names as parameters, the ones in MISSED as strict xfails (once the
+    judge is in the package: before, every one is a strict xfail of ``needs_judge``)."""
+    return [
+        pytest.param(
+            name,
+            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=MISSED[name]),
+        )
+        if JUDGED and name in MISSED
+        else name
+        for name in attacks
+    ]
+
+
 def unlawful(findings: list[dict[str, Any]]) -> dict[tuple[str, Any], tuple[int, str]]:
     """Each reported row's first unlawful revision: (table, key) -> (seq, code)."""
     first: dict[tuple[str, Any], tuple[int, str]] = {}
