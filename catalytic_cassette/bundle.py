@@ -18,13 +18,14 @@ import orjson
 from . import merkle
 from .errors import CassetteError, ErrorCode
 from .note import Checkpoint, NoteError, open_note, parse_note
+from .proofs import chosen_seal
 
 if TYPE_CHECKING:
     import sqlite3
 
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from .proofs import ProofSource
+    from .proofs import ProofSource, Signer
 
 FORMAT = "catalytic-cassette/bundle@v1"
 SCOPES = {"session_id", "plan_id"}
@@ -40,20 +41,28 @@ def export_lines(
 
 
 def bundle_lines(
-    source: ProofSource, scope: str, value: str, seal_note: bytes | None = None
+    source: ProofSource,
+    scope: str,
+    value: str,
+    seal_note: bytes | None = None,
+    signer: Signer | None = None,
 ) -> Iterator[bytes]:
     """The bundle's lines (without newlines), read in one snapshot of either backend.
 
-    Without ``seal_note`` the newest recorded seal is used; every entry of the scope
+    Without ``seal_note`` the newest recorded seal is used (with ``signer``, the newest
+    whose signature verifies under that key and origin); every entry of the scope
     must lie under it (else NOT_FOUND: seal first). The lines depend only on the journal
     and the seal, so two ledgers with the same journal give the same bytes.
     """
     if scope not in SCOPES:
         raise CassetteError(ErrorCode.INVALID_ARGUMENT, f"scope must be one of {sorted(SCOPES)}")
     with source.snapshot():
-        note = seal_note if seal_note is not None else source.newest_seal()
+        note = seal_note if seal_note is not None else chosen_seal(source, -1, signer)
         if note is None:
-            raise CassetteError(ErrorCode.NOT_FOUND, "the ledger has no seal: run `cassette seal`")
+            signed = "" if signer is None else " signed by the given key"
+            raise CassetteError(
+                ErrorCode.NOT_FOUND, f"the ledger has no seal{signed}: run `cassette seal`"
+            )
         checkpoint = Checkpoint.from_text(parse_note(note).text)
         entries = source.action_entries(scope, value)
         if not entries:

@@ -108,7 +108,7 @@ def step_update(
     if not _is_int(token) or token < 0:
         return ErrorCode.INVALID_TOKEN, f"token {token!r}"
     for column in IMMUTABLE_COLUMNS:
-        if new.get(column) != old.get(column) or type(new.get(column)) is not type(old.get(column)):
+        if _differ(new.get(column), old.get(column)):
             return ErrorCode.IMMUTABLE_FIELD, f"{column} changes"
     lease_changed = any(_differ(old.get(f), new.get(f)) for f in LEASE_FIELDS)
     if status == old_status and lease_changed:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import sqlite3
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -58,6 +59,11 @@ class ProofSource(Protocol):
 
     def newest_seal(self) -> bytes | None: ...
 
+    def seal_notes(self, seq: int) -> Iterator[bytes]:
+        """The notes of the recorded seals that cover entry ``seq`` (every seal for -1),
+        newest first."""
+        ...
+
     def action_entries(self, scope: str, value: str) -> list[tuple[int, str]]:
         """(seq, body) of the journal entries of the actions whose ``scope`` column
         (``bundle.SCOPES``, never a caller's text) is ``value``, in seq order."""
@@ -99,6 +105,12 @@ class SqliteProofSource:
         ).fetchone()
         return None if row is None else str(row[0]).encode("utf-8")
 
+    def seal_notes(self, seq: int) -> Iterator[bytes]:
+        for (note,) in self.conn.execute(
+            "SELECT note FROM cassette_seals WHERE tree_size > ? ORDER BY seal_id DESC", (seq,)
+        ):
+            yield str(note).encode("utf-8")
+
     def action_entries(self, scope: str, value: str) -> list[tuple[int, str]]:
         rows = self.conn.execute(
             "SELECT j.seq, j.body FROM cassette_actions a JOIN cassette_journal j"
@@ -138,19 +150,48 @@ def receipt_entry(conn: sqlite3.Connection, receipt_id: int) -> int:
     return receipt_seq(SqliteProofSource(conn), receipt_id)
 
 
-def inclusion_proof(source: ProofSource, seq: int, seal_note: bytes | None) -> TlogProof:
+Signer = tuple["Ed25519PublicKey", str]  # a pinned seal key and the origin it signs
+
+
+def newest_signed(notes: Iterable[bytes], signer: Signer) -> bytes | None:
+    """The first of ``notes`` whose signature verifies under the pinned key and origin:
+    a seal row anyone could have inserted is never taken for the signer's."""
+    public_key, origin = signer
+    for note in notes:
+        try:
+            open_note(note, origin, public_key)
+        except NoteError:
+            continue
+        return note
+    return None
+
+
+def chosen_seal(source: ProofSource, seq: int, signer: Signer | None) -> bytes | None:
+    """The newest recorded seal covering entry ``seq`` (-1: any), or with ``signer`` the
+    newest whose signature verifies under it."""
+    if signer is None:
+        return source.covering_seal(seq) if seq >= 0 else source.newest_seal()
+    return newest_signed(source.seal_notes(seq), signer)
+
+
+def inclusion_proof(
+    source: ProofSource, seq: int, seal_note: bytes | None, signer: Signer | None = None
+) -> TlogProof:
     """The proof that journal entry ``seq`` is in the tree a seal signed.
 
-    Without ``seal_note`` the newest recorded seal that covers the entry is used. The
+    Without ``seal_note`` the newest recorded seal that covers the entry is used (with
+    ``signer``, the newest whose signature verifies under that key and origin). The
     proof is checked against the seal's root before it is returned, so a damaged
     stored tree or a seal of another ledger is refused here, not by the auditor.
     """
     with source.snapshot():
-        note = seal_note if seal_note is not None else source.covering_seal(seq)
+        note = seal_note if seal_note is not None else chosen_seal(source, seq, signer)
         if note is None:
+            signed = "" if signer is None else " signed by the given key"
             raise CassetteError(
                 ErrorCode.NOT_FOUND,
-                f"no recorded seal covers entry {seq}: run `cassette seal` first or pass --seal",
+                f"no recorded seal{signed} covers entry {seq}: run `cassette seal` first or"
+                " pass --seal",
                 seq=seq,
             )
         checkpoint = _checkpoint_of(note)

@@ -23,6 +23,8 @@ from .note import Checkpoint, sign_note
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from .verify.findings import Collector
+
 ORIGIN_PREFIX = "catalytic-cassette/ledger/"
 SEAL_SUFFIX = ".seal"
 _ORIGIN = re.compile(r"[^\s+]{1,200}")
@@ -103,9 +105,11 @@ def record_seal(
                 ErrorCode.INVALID_SEAL, f"cannot seal {size} entries of a ledger of {have}"
             )
         root = _checked_root(conn, private_key, chosen, size, ahead)
+        now_ms = max(now_ms, ledger_time(conn))
+        checked = _checkpoint(conn, tree.StoredTree(conn), private_key, chosen, size)
+        require_lawful(_judged_since(conn, checked, size, now_ms), checked)
         note = sign_note(Checkpoint(chosen, size, root).to_text(), chosen, private_key)
         key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
-        now_ms = max(now_ms, ledger_time(conn))
         seal_id = int(
             conn.execute("SELECT coalesce(max(seal_id), 0) + 1 FROM cassette_seals").fetchone()[0]
         )
@@ -118,6 +122,33 @@ def record_seal(
         if before_commit is not None:
             before_commit(sealed)
     return sealed
+
+
+def _judged_since(conn: sqlite3.Connection, start: int, size: int, now_ms: int) -> Collector:
+    """What verify's history check finds in the entries ``start <= seq < size``."""
+    from .verify.findings import Collector
+    from .verify.history import check_since
+    from .verify.options import VerifyOptions
+
+    found = Collector()
+    check_since(conn, found, start, size, now_ms, VerifyOptions().clock_skew_ms)
+    return found
+
+
+def require_lawful(found: Collector, checked_from: int) -> None:
+    """UNLAWFUL_HISTORY (nothing signed) when verify's history check (``verify/history.py``)
+    found anything: a seal signs only a history every revision of which the law allows."""
+    findings = found.report.findings
+    if not findings and not found.report.suppressed:
+        return
+    first = f" (entry {findings[0].seq}: {findings[0].detail})" if findings else ""
+    raise CassetteError(
+        ErrorCode.UNLAWFUL_HISTORY,
+        f"the history since the last seal is not lawful{first}: nothing was signed;"
+        " `cassette verify` names every unlawful revision",
+        checked_from=checked_from,
+        findings=[f.to_dict() for f in findings[:10]],
+    )
 
 
 RESTORE_ADVICE = (

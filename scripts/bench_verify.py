@@ -1,7 +1,9 @@
 """Verify speed on an existing ledger: the quick and full levels against the fetch-and-hash
-floor (every journal row fetched and its leaf and link checked, nothing else), each in a
-fresh interpreter, interleaved (quick, full, floor, quick, ...), with the phases of one full
-run. Results and the command go to docs/BENCHMARKS.md.
+floor (every journal row fetched and its leaf and link checked, nothing else), and the full
+level with the history judge switched off (its methods no-ops in that child only: what
+judging history costs, as a ratio), each in a fresh interpreter, interleaved (quick, full,
+full without the judge, floor, quick, ...), with the phases of one full run. Results and
+the command go to docs/BENCHMARKS.md.
 
     python scripts/bench_verify.py LEDGER [--reps 3]
 
@@ -23,6 +25,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_chain import CHILD_FLOOR, CHILD_VERIFY, measure_in_child, median_range
+
+# The full verify with the history judge's methods replaced by no-ops (this child only).
+CHILD_VERIFY_NO_JUDGE = CHILD_VERIFY.replace(
+    "from catalytic_cassette.verify import Level, verify_path",
+    "from catalytic_cassette.verify import Level, verify_path, history\n"
+    "for _name in ('entry', 'body', 'dated', 'finish'):\n"
+    "    setattr(history.HistoryJudge, _name, lambda *_a, **_k: None)\n"
+    "history.check_history = lambda *_a, **_k: True",
+)
 
 
 def phases(path: str) -> list[tuple[str, float]]:
@@ -109,10 +120,13 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, {platform.machine()}"
     )
     print(f"ledger {path}: {rows:,} journal rows, {os.path.getsize(path) / 2**20:,.0f} MiB")
-    quick, full, floor = [], [], []
+    quick, full, unjudged, floor = [], [], [], []
     for _ in range(args.reps):
         quick.append(measure_in_child(CHILD_VERIFY.format(root=root, path=path, level="quick")))
         full.append(measure_in_child(CHILD_VERIFY.format(root=root, path=path, level="full")))
+        unjudged.append(
+            measure_in_child(CHILD_VERIFY_NO_JUDGE.format(root=root, path=path, level="full"))
+        )
         floor.append(measure_in_child(CHILD_FLOOR.format(path=path)))
     floor_rate = statistics.median(m["rows_per_s"] for m in floor)
     for label, runs in (("quick", quick), ("full", full)):
@@ -124,6 +138,13 @@ def main() -> None:
             f"{statistics.median(rates) / floor_rate:.2f}; peak RSS {peak:.0f} MiB"
             f" (mostly the file's pages, mapped; private memory at the end {anon:.0f} MiB)"
         )
+    judged = statistics.median(m["seconds"] for m in full)
+    bare = statistics.median(m["seconds"] for m in unjudged)
+    print(
+        f"verify full without the history judge: "
+        f"{median_range([m['rows_per_s'] for m in unjudged])}; time with/without the judge"
+        f" {judged / bare:.3f}"
+    )
     print(f"floor (fetch, leaf, link): {median_range([m['rows_per_s'] for m in floor])}")
     print("pieces of a full verify, each alone (CPU seconds of this process):")
     for label, seconds in phases(path):

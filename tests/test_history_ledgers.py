@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from catalytic_cassette import CassetteError
+from catalytic_cassette import CassetteError, ErrorCode
 from catalytic_cassette.verify import verify_path
 from catalytic_cassette.worker_keys import WorkerKey
 
@@ -158,3 +158,82 @@ def test_an_owner_switching_a_rule_off_inside_a_transaction_is_named(pg_ledger: 
     report = verify_path(backend.target)
     assert not report.ok
     assert unlawful(report) == [("cassette_steps", held["step_id"], "LEASE_NOT_EXPIRED")]
+
+
+def _commit_without_receipt_sqlite(backend: Ledger) -> int:
+    """A TEMP trigger drops a COMMITTED revision after the journal took it; returns the
+    step, which honest writes then overwrite."""
+    with backend.open() as cassette:
+        cassette.post_message({}, "r", "USER")
+        held = cassette.claim_step("r", "w", 60)
+        cassette.conn.execute(
+            "CREATE TEMP TRIGGER skip BEFORE UPDATE ON main.cassette_steps"
+            " BEGIN SELECT RAISE(IGNORE); END"
+        )
+        with cassette.write() as write:
+            write.execute(
+                "UPDATE cassette_steps SET status = 'COMMITTED' WHERE step_id = ?",
+                (held["step_id"],),
+            )
+        cassette.conn.execute("DROP TRIGGER temp.skip")
+    _overwrite(backend, held["step_id"])
+    return int(held["step_id"])
+
+
+def _requeue_early_postgresql(backend: Ledger) -> int:
+    import psycopg
+
+    with backend.open() as cassette:
+        cassette.post_message({}, "r", "USER")
+        held = cassette.claim_step("r", "w", 3_600)
+    with psycopg.connect(backend.target) as owner:
+        owner.execute("SELECT cassette_tx_ms()")
+        owner.execute("ALTER TABLE cassette_steps DISABLE TRIGGER cassette_steps_update")
+        owner.execute(
+            "UPDATE cassette_steps SET status = 'PENDING', lease_owner = NULL,"
+            " lease_expires_at = NULL WHERE step_id = %s",
+            (held["step_id"],),
+        )
+        owner.execute("ALTER TABLE cassette_steps ENABLE TRIGGER cassette_steps_update")
+    with backend.open() as cassette:
+        again = cassette.claim_step("r", "w2", 60)
+        cassette.complete_step("r", again["step_id"], "w2", again["fencing_token"], {}, "SUCCESS")
+    return int(held["step_id"])
+
+
+@pytest.mark.both_backends
+def test_a_seal_signs_only_a_lawful_history(backend: Ledger) -> None:
+    key = Ed25519PrivateKey.generate()
+    with backend.open() as cassette:
+        cassette.post_message({"first": 1}, "s", "USER")
+        first = cassette.seal(key)  # lawful so far
+    if backend.postgresql:
+        _requeue_early_postgresql(backend)
+    else:
+        _commit_without_receipt_sqlite(backend)
+    before = backend.dump()
+    with backend.open() as cassette, pytest.raises(CassetteError) as refused:
+        cassette.seal(key)
+    assert refused.value.code is ErrorCode.UNLAWFUL_HISTORY
+    assert "cassette_steps" in str(refused.value.detail["findings"])
+    assert backend.dump() == before  # nothing recorded
+    with backend.open() as cassette:
+        latest = cassette.latest_seal()
+        assert latest is not None and latest.seal_id == first.seal_id
+        # a new key has no checkpoint: it judges the whole history, and refuses too
+        with pytest.raises(CassetteError) as other:
+            cassette.seal(Ed25519PrivateKey.generate())
+        assert other.value.code is ErrorCode.UNLAWFUL_HISTORY
+
+
+@pytest.mark.both_backends
+def test_a_seal_after_a_busy_lawful_history_is_signed(backend: Ledger) -> None:
+    key = Ed25519PrivateKey.generate()
+    busy(backend)
+    with backend.open() as cassette:
+        sealed = cassette.seal(key)
+        cassette.post_message({"after": 1}, "r", "USER")
+        held = cassette.claim_step("r", "w9", 60)
+        cassette.complete_step("r", held["step_id"], "w9", held["fencing_token"], {}, "SUCCESS")
+        again = cassette.seal(key)  # judged from the first seal on
+    assert again.tree_size > sealed.tree_size

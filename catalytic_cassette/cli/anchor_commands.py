@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +18,7 @@ from .params import INPUT_FILE, OUTPUT_FILE, OUTPUT_FILE_OR_DIR, OUTPUT_LEDGER
 if TYPE_CHECKING:
     import sqlite3
 
-    from ..proofs import ProofSource
+    from ..proofs import ProofSource, Signer
 
 
 @contextmanager
@@ -131,12 +131,43 @@ def prove() -> None:
     """Portable proofs that an auditor checks offline with `cassette verify-proof`."""
 
 
-def _inclusion(ctx: click.Context, seq: int, seal_file: str | None, out: str | None) -> None:
+def seal_signer(public_key: str | None, origin: str | None) -> Signer | None:
+    """The pinned key and origin a recorded seal must verify under to be chosen (both,
+    or neither: then the newest recorded seal is taken)."""
+    if public_key is None and origin is None:
+        return None
+    if public_key is None or origin is None:
+        raise click.UsageError("--public-key and --origin pin the seal together: give both")
+    from ..signing import load_public
+
+    return load_public(public_key), origin
+
+
+SIGNER_OPTIONS = (
+    click.option(
+        "--public-key",
+        type=INPUT_FILE,
+        default=None,
+        help="Take the newest recorded seal whose signature verifies under this key.",
+    ),
+    click.option("--origin", default=None, help="With --public-key: the origin it signs."),
+)
+
+
+def _signer_options(command: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(SIGNER_OPTIONS):
+        command = option(command)
+    return command
+
+
+def _inclusion(
+    ctx: click.Context, seq: int, seal_file: str | None, out: str | None, signer: Signer | None
+) -> None:
     from ..proofs import inclusion_proof
 
     note = _read_seal(seal_file) if seal_file is not None else None
     with _proving(ctx) as source:
-        proof = inclusion_proof(source, seq, note)
+        proof = inclusion_proof(source, seq, note, signer)
     _write_or_print(proof.to_bytes(), out, {"index": seq, "path_length": len(proof.path)})
 
 
@@ -148,12 +179,18 @@ def _inclusion(ctx: click.Context, seq: int, seal_file: str | None, out: str | N
 @click.option(
     "--out", type=OUTPUT_FILE, default=None, help="Write the proof here (default: stdout)."
 )
+@_signer_options
 @click.pass_context
 def prove_inclusion_command(
-    ctx: click.Context, seq: int, seal_file: str | None, out: str | None
+    ctx: click.Context,
+    seq: int,
+    seal_file: str | None,
+    out: str | None,
+    public_key: str | None,
+    origin: str | None,
 ) -> None:
     """Proof (c2sp.org/tlog-proof, entry body as extra) that journal entry SEQ is sealed."""
-    _inclusion(ctx, seq, seal_file, out)
+    _inclusion(ctx, seq, seal_file, out, seal_signer(public_key, origin))
 
 
 @prove.command("receipt")
@@ -164,16 +201,23 @@ def prove_inclusion_command(
 @click.option(
     "--out", type=OUTPUT_FILE, default=None, help="Write the proof here (default: stdout)."
 )
+@_signer_options
 @click.pass_context
 def prove_receipt(
-    ctx: click.Context, receipt_id: int, seal_file: str | None, out: str | None
+    ctx: click.Context,
+    receipt_id: int,
+    seal_file: str | None,
+    out: str | None,
+    public_key: str | None,
+    origin: str | None,
 ) -> None:
     """Inclusion proof of the journal entry that committed receipt RECEIPT_ID."""
     from ..proofs import receipt_seq
 
+    signer = seal_signer(public_key, origin)
     with _proving(ctx) as source:
         seq = receipt_seq(source, receipt_id)
-    _inclusion(ctx, seq, seal_file, out)
+    _inclusion(ctx, seq, seal_file, out, signer)
 
 
 @prove.command("consistency")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from .anchor_commands import _proving, _reading, _write_or_print
+from .anchor_commands import _proving, _reading, _signer_options, _write_or_print, seal_signer
 from .boundary import EXIT_CANNOT_VERIFY, emit
 from .chain_commands import open_chain
 from .commands import Settings
@@ -213,6 +213,7 @@ def plan_show(ctx: click.Context, plan_id: str, as_json: bool) -> None:
 @click.option("--plan", default=None, help="Export this plan's actions.")
 @click.option("--seal", "seal_file", default=None, help="Seal file (default: newest recorded).")
 @click.option("--out", default=None, help="Write the bundle here (default: stdout).")
+@_signer_options
 @click.pass_context
 def export(
     ctx: click.Context,
@@ -220,16 +221,19 @@ def export(
     plan: str | None,
     seal_file: str | None,
     out: str | None,
+    public_key: str | None,
+    origin: str | None,
 ) -> None:
     """A self-verifying bundle: entries as JSON lines with inclusion proofs, and the seal."""
     from ..bundle import bundle_lines
 
     if (session is None) == (plan is None):
         raise click.UsageError("give exactly one of --session or --plan")
+    signer = seal_signer(public_key, origin)
     scope, value = ("session_id", session) if session is not None else ("plan_id", plan)
     note = Path(seal_file).read_bytes() if seal_file is not None else None
     with _proving(ctx) as source:
-        lines = list(bundle_lines(source, scope, str(value), note))
+        lines = list(bundle_lines(source, scope, str(value), note, signer))
     _write_or_print(b"\n".join(lines) + b"\n", out, {"entries": len(lines) - 1})
 
 

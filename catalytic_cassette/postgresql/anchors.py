@@ -8,16 +8,20 @@ new seal's root again against the leaves it holds (``cassette_seals_insert``, 00
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from .. import merkle
+from ..clock import SystemClock
 from ..errors import CassetteError, ErrorCode
 from ..hashing import ZERO_HASH, chain_hash, leaf_hash
 from ..note import Checkpoint, ed25519_key_id, sign_note
-from ..seals import ORIGIN_PREFIX, RESTORE_ADVICE, Seal, check_origin
+from ..seals import ORIGIN_PREFIX, RESTORE_ADVICE, Seal, check_origin, require_lawful
 from ..tree import require_entry, require_size, require_sizes
+from ..verify.findings import Collector
+from ..verify.history import HistoryJudge, feed
+from ..verify.options import VerifyOptions
 from . import connection
 from .sqlfiles import query
 
@@ -45,9 +49,12 @@ def journal_size(conn: psycopg.Connection[Any]) -> int:
     return int(row[0]) if row else 0
 
 
-def rebuilt_tree(conn: psycopg.Connection[Any], size: int) -> merkle.MemoryTree:
+def rebuilt_tree(
+    conn: psycopg.Connection[Any], size: int, judge: HistoryJudge | None = None
+) -> merkle.MemoryTree:
     """The tree of the first ``size`` entries, from their bodies; TREE_BROKEN (nothing
-    signed, nothing written) when a stored leaf or link is not its body's."""
+    signed, nothing written) when a stored leaf or link is not its body's. ``judge`` is
+    fed every entry on the way (verify's history check)."""
     tree = merkle.MemoryTree()
     previous = ZERO_HASH
     with conn.cursor(name="cassette_tree") as cursor:
@@ -63,6 +70,8 @@ def rebuilt_tree(conn: psycopg.Connection[Any], size: int) -> merkle.MemoryTree:
                     seq=seq,
                 )
             tree.append(leaf)
+            if judge is not None:
+                feed(judge, ((seq, body),))
     if tree.size != size:
         raise CassetteError(ErrorCode.TREE_BROKEN, "the journal has gaps: " + RESTORE_ADVICE)
     return tree
@@ -93,7 +102,13 @@ def record_seal(
             raise CassetteError(
                 ErrorCode.INVALID_SEAL, f"cannot seal {size} entries of a ledger of {have}"
             )
-        root = rebuilt_tree(conn, size).root()
+        # The tree is rebuilt from every body: the history judge rides on that walk, so a
+        # seal here judges the whole history (SQLite's, since the key's last seal).
+        found = Collector()
+        judge = HistoryJudge(found, SystemClock().now_ms(), VerifyOptions().clock_skew_ms)
+        root = rebuilt_tree(conn, size, judge).root()
+        judge.finish()
+        require_lawful(found, 0)
     note = sign_note(Checkpoint(chosen, size, root).to_text(), chosen, private_key)
     key_id = ed25519_key_id(chosen, private_key.public_key()).hex()
     with connection.transaction(conn):
@@ -162,6 +177,10 @@ class PgProofSource:
     def newest_seal(self) -> bytes | None:
         row = self.conn.execute(query("newest_seal")).fetchone()
         return None if row is None else str(row[0]).encode("utf-8")
+
+    def seal_notes(self, seq: int) -> Iterator[bytes]:
+        for (note,) in self.conn.execute(query("seal_notes"), {"seq": seq}).fetchall():
+            yield str(note).encode("utf-8")
 
     def action_entries(self, scope: str, value: str) -> list[tuple[int, str]]:
         from ..proofs import scope_column

@@ -33,6 +33,7 @@ inserted and no longer live is an update of a COMMITTED step.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -131,7 +132,7 @@ class HistoryJudge:
         self._run = row.get("run_id")
         if op == "INSERT":
             self.dated(seq, row.get("created_at"))
-            if table in self._last:
+            if table in _IDS:
                 self._dense(seq, table, key)
         if table == STEPS:
             if op == "INSERT":
@@ -218,7 +219,10 @@ class HistoryJudge:
         )
 
     def _dense(self, seq: int, table: str, key: Any) -> None:
-        last = self._last[table]
+        last = self._last.get(table)
+        if last is None:  # (judging from a checkpoint: the first id is taken as given)
+            self._last[table] = key if type(key) is int else 0
+            return
         if type(key) is int:
             self._last[table] = max(last, key)
         if key != last + 1:
@@ -254,7 +258,7 @@ class HistoryJudge:
             if row is not None:
                 return _COMMITTED
             return None
-        return _COMMITTED if 0 < step_id <= self._last[STEPS] else None
+        return _COMMITTED if 0 < step_id <= self._last.get(STEPS, 0) else None
 
     def _step_update(
         self, seq: int, key: Any, row: dict[str, Any], awaited: tuple[str, Any, Any] | None
@@ -384,6 +388,7 @@ def check_history(
     skew_ms: int,
     *,
     start: int = 0,
+    stop: int | None = None,
     before: Before | None = None,
     last_ids: dict[str, int] | None = None,
     run_id: str | None = None,
@@ -391,7 +396,10 @@ def check_history(
     """Judge the journal's entries from ``start`` on (every entry: one scan of the journal
     by rowid); True when lawful. With ``run_id``, only that run's rows are reported."""
     judge = HistoryJudge(out, now_ms, skew_ms, before=before, last_ids=last_ids, run_id=run_id)
-    where = f" WHERE seq >= {int(start)}" if start else ""
+    bounds = ([f"seq >= {int(start)}"] if start else []) + (
+        [f"seq < {int(stop)}"] if stop is not None else []
+    )
+    where = " WHERE " + " AND ".join(bounds) if bounds else ""
     cursor = conn.execute(_JOURNAL.format(where=where))
     for rows in iter(lambda: cursor.fetchmany(1024), []):
         feed(judge, rows)
@@ -413,3 +421,38 @@ def feed(judge: HistoryJudge, rows: Iterable[tuple[Any, Any]]) -> None:
             except (orjson.JSONDecodeError, AttributeError):
                 continue
             judge.dated(seq, date)
+
+
+def check_since(
+    conn: sqlite3.Connection, out: Collector, start: int, stop: int, now_ms: int, skew_ms: int
+) -> bool:
+    """Judge the entries ``start <= seq < stop`` of a SQLite ledger, each step first met
+    there taken as its latest revision before ``start`` and the attestations of it
+    journaled before (read through the journal's by-row index: for the package's own
+    write, a seal, inside its transaction); True when lawful."""
+
+    def before(step_id: int) -> tuple[dict[str, Any] | None, list[law.Attested]]:
+        found = conn.execute(
+            "SELECT CAST(body AS BLOB) FROM cassette_journal WHERE tbl = 'cassette_steps'"
+            " AND row_key = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
+            (step_id, start),
+        ).fetchone()
+        row = None
+        if found is not None:
+            with contextlib.suppress(orjson.JSONDecodeError, KeyError, TypeError):
+                row = orjson.loads(found[0])["row"]
+        acts = [
+            (str(act), token, worker, key)
+            for act, token, worker, key in conn.execute(
+                "SELECT a.act, a.fencing_token, a.worker_id, a.key_id"
+                " FROM cassette_attestations AS a WHERE a.step_id = ? AND EXISTS (SELECT 1"
+                " FROM cassette_journal AS j WHERE j.tbl = 'cassette_attestations'"
+                " AND j.row_key = a.attestation_id AND j.seq < ?) ORDER BY a.attestation_id",
+                (step_id, start),
+            )
+        ]
+        return (row if isinstance(row, dict) else None), acts
+
+    return check_history(
+        conn, out, now_ms, skew_ms, start=start, stop=stop, before=before, last_ids={}
+    )

@@ -509,6 +509,11 @@ SELECT "timestamp" FROM cassette_actions WHERE action_id = %(action_id)s;
 -- name: newest_seal
 SELECT note FROM cassette_seals ORDER BY seal_id DESC LIMIT 1;
 
+-- name: seal_notes
+-- (the seals covering an entry, newest first: export and prove keep the newest whose
+-- signature verifies under a pinned key)
+SELECT note FROM cassette_seals WHERE tree_size > %(seq)s ORDER BY seal_id DESC;
+
 -- name: bundle_entries
 -- ({column} comes from bundle.SCOPES, never from a caller.)
 SELECT j.seq, j.body FROM cassette_actions a
