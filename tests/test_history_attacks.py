@@ -347,6 +347,15 @@ ACTION = (
     " 'i', {kind}, 'f', '[]', NULL, 1, 0, 0, {now}, '{{}}')"
 )
 
+# A forged message's job and step, lawful, so that only the message breaks a rule.
+MESSAGE_BODY = (
+    "INSERT INTO cassette_jobs (job_id, message_id, run_id, intent, ordinal, created_at)"
+    " VALUES (2, {message}, 'r', 'i', 0, {now})",
+    "INSERT INTO cassette_steps (step_id, job_id, run_id, message_id, job_ordinal, ordinal,"
+    " status, fencing_token, payload_json, created_at)"
+    " VALUES (3, 2, 'r', {message}, 0, 0, 'PENDING', 0, '{{}}', {now})",
+)
+
 WIDER = {
     # name: (table whose rules are dropped, forged SQL, key, expected code)
     "step-inserted-leased": (
@@ -454,6 +463,9 @@ def test_a_client_without_a_tables_rules(
     seq = journal_size(conn)
     with without_rules(conn, table):
         conn.execute(sql)
+        if table == "cassette_messages":  # its job and step, as a post writes them
+            for then in MESSAGE_BODY:
+                conn.execute(then.format(message=key, now=clock.now_ms()))
     assert journal_size(conn) > seq
     findings = report(path)["findings"]
     assert not [f for f in findings if f["kind"] in {"schema_changed", "schema_missing"}]

@@ -5,12 +5,16 @@ rules off and on in one transaction), then more honest writes.
 1. Verify names the injected entry as the row's first unlawful revision, with the code
    the write path itself refuses the same statement with (asked of the ledger just
    before the injection: one source for the expected answer, the package's law).
-2. Differential: every such ledger that ``cassette copy`` to a fresh SQLite file refuses
-   as unlawful, verify reports.
+2. Differential, on the same ledgers: every one that ``cassette copy`` to a fresh SQLite
+   file refuses as unlawful, verify reports. (The converse does not hold, and need not:
+   copy dates a requeue at its lease's expiry, the earliest time the law allows, so it
+   takes a live lease sent back to PENDING that verify, by the dated entries after it,
+   proves early.)
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Iterator
@@ -131,10 +135,23 @@ def _steps_by_status(ledger: Ledger) -> dict[str, list[int]]:
     return found
 
 
+@functools.cache
+def _migrated() -> bytes:
+    """An empty ledger's file, migrated once per session (a ledger's ledger_id is its
+    own: every example's copy shares it, which nothing here reads)."""
+    with tempfile.TemporaryDirectory(prefix="cassette-history-") as folder:
+        path = Path(folder) / "empty.db"
+        MessageCassette(path).close()
+        assert not Path(str(path) + "-wal").exists() or not Path(str(path) + "-wal").stat().st_size
+        return path.read_bytes()
+
+
 @contextmanager
 def sqlite_ledger() -> Iterator[Ledger]:
     with tempfile.TemporaryDirectory(prefix="cassette-history-") as folder:
-        yield Ledger("sqlite", str(Path(folder) / "ledger.db"))
+        path = Path(folder) / "ledger.db"
+        path.write_bytes(_migrated())
+        yield Ledger("sqlite", str(path))
 
 
 @contextmanager
@@ -156,7 +173,7 @@ def build(
     """A ledger with one injected unlawful revision: (ledger, step, its seq, the codes the
     write path may refuse it with first)."""
     made = sqlite_ledger() if kind == "sqlite" else pg_ledger(request)
-    with made as ledger, ledger.open() as cassette:
+    with made as ledger, ledger.open(durability="normal") as cassette:
         honest = Honest(ledger, cassette)
         honest.run([("post", 1)])
         honest.run(data.draw(OPS, label="before"))
@@ -199,28 +216,12 @@ KINDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)]
 # tests/test_postgres_differential.py does).
 SHRINK = (Phase.shrink,) if os.environ.get("CASSETTE_DIFF_SHRINK", "") == "1" else ()
 SETTINGS = settings(
-    max_examples=15,
+    max_examples=10,
     deadline=None,
     report_multiple_bugs=False,
     phases=(Phase.explicit, Phase.reuse, Phase.generate, *SHRINK),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-
-
-@needs_judge
-@pytest.mark.parametrize("kind", KINDS)
-@SETTINGS
-@given(data=st.data())
-def test_verify_names_the_injected_revision(
-    request: pytest.FixtureRequest, kind: str, data: st.DataObject
-) -> None:
-    with build(request, kind, data) as (ledger, step, seq, codes):
-        found = unlawful(report(ledger.target)["findings"])
-        first = found.get(("cassette_steps", step))
-        assert first is not None and first[0] == seq and first[1] in codes, (found, codes)
-        # nothing before it (the honest history) is reported; what follows it may be
-        # judged against the injected revision (a release of the token the row kept)
-        assert min(first_seq for first_seq, _ in found.values()) == seq, found
 
 
 # Codes with which copy refuses a ledger for what it holds, not for where it goes.
@@ -229,20 +230,29 @@ NOT_ABOUT_THE_LAW = {ErrorCode.CANNOT_OPEN, ErrorCode.BUSY, ErrorCode.BACKEND_UN
 
 @needs_judge
 @pytest.mark.parametrize("kind", KINDS)
-@settings(SETTINGS, max_examples=6)
+@SETTINGS
 @given(data=st.data())
-def test_every_ledger_copy_refuses_verify_reports(
+def test_verify_names_the_injected_revision_and_every_one_copy_refuses(
     request: pytest.FixtureRequest, kind: str, data: st.DataObject
 ) -> None:
-    with build(request, kind, data) as (ledger, step, _seq, codes):
+    """One ledger per example serves both properties (each example builds a ledger)."""
+    with build(request, kind, data) as (ledger, step, seq, codes):
+        found = unlawful(report(ledger.target)["findings"])
+        first = found.get(("cassette_steps", step))
+        assert first is not None and first[0] == seq and first[1] in codes, (found, codes)
+        # nothing before it (the honest history) is reported; what follows it may be
+        # judged against the injected revision (a release of the token the row kept)
+        assert min(first_seq for first_seq, _ in found.values()) == seq, found
+        # the differential: copy replays the journal through the law of a fresh SQLite
+        # file; what it refuses, verify (judging time as strictly: no skew) reports
         with tempfile.TemporaryDirectory(prefix="cassette-copy-") as folder:
             try:
-                copy_ledger(ledger.target, str(Path(folder) / "copy.db"))
+                copy_ledger(ledger.target, str(Path(folder) / "copy.db"), durability="normal")
                 refused = None
             except CassetteError as error:
                 refused = error.code
         assert refused not in NOT_ABOUT_THE_LAW
-        result = report(ledger.target, clock_skew_ms=0)
         if refused is not None:
-            assert not result["ok"]
-            assert ("cassette_steps", step) in unlawful(result["findings"]), (refused, codes)
+            strict = report(ledger.target, clock_skew_ms=0)
+            assert not strict["ok"]
+            assert ("cassette_steps", step) in unlawful(strict["findings"]), (refused, codes)
