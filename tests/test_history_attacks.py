@@ -527,3 +527,42 @@ def test_an_honest_ledger_has_no_unlawful_history(
     assert unlawful(result["findings"]) == {}
     with pytest.raises(CassetteError):
         cassette.claim_step("r", "v", 60)
+
+
+def test_a_claim_over_the_cap_is_reported_at_its_seq(
+    cassette: MessageCassette, path: Path, clock: ManualClock
+) -> None:
+    """A claim records no time; one whose lease ends more than 30 days after the first date
+    after it is ``lease_over_cap`` at the claim's entry, also when the row never took it."""
+    far = clock.now_ms() + 31 * 24 * 3_600_000
+    sql = (
+        "UPDATE cassette_steps SET status = 'LEASED', lease_owner = 'x',"
+        f" lease_expires_at = {far}, fencing_token = 1 WHERE step_id = 1"
+    )
+    with ignoring(cassette.conn, "UPDATE", "cassette_steps", "1", clock_guard=False):
+        seq = forge(cassette.conn, sql)
+    leased = cassette.claim_step("r", "v", 60)
+    cassette.complete_step("r", 1, "v", leased["fencing_token"], {}, "FAILURE")
+    cassette.post_message({"after": 1}, "r", "USER")
+    result = report(path)
+    assert not result["ok"]
+    over = [(f["seq"], f["key"]) for f in result["findings"] if f["kind"] == "lease_over_cap"]
+    assert over == [(seq, 1)], result["findings"]
+
+
+def test_a_forward_clock_expires_other_leases_in_the_ledgers_time(
+    path: Path, clock: ManualClock
+) -> None:
+    """LAW 9a: a row dated an hour ahead makes a live lease expired by the ledger's time;
+    anyone may requeue it and its holder is refused; verify, whose clock is later still,
+    sees nothing."""
+    ahead = ManualClock(clock.now_ms() + 3_600_000)
+    with MessageCassette(path, clock=clock) as honest, MessageCassette(path, clock=ahead) as fast:
+        honest.post_message({"n": 0}, "r", "USER")
+        leased = honest.claim_step("r", "w", 600)
+        fast.post_message({"n": 1}, "r", "USER")
+        assert [r["step_id"] for r in fast.requeue("r")] == [leased["step_id"]]
+        with pytest.raises(CassetteError) as refused:
+            honest.complete_step("r", leased["step_id"], "w", 1, {}, "SUCCESS")
+        assert refused.value.code.value == "NOT_LEASED"
+    assert report(path)["ok"]

@@ -162,3 +162,23 @@ def test_an_owner_passes_a_release_of_a_non_holder(
     leased = cassette.claim_step("r", "v", 60)
     cassette.complete_step("r", 1, "v", leased["fencing_token"], {}, "SUCCESS")
     assert_first_unlawful(url, "cassette_releases", 1, seq, "WRONG_WORKER")
+
+
+def test_an_owner_claim_over_the_cap_is_reported_at_its_seq(
+    ledger: tuple[str, MessageCassette, ServerClock],
+) -> None:
+    url, cassette, clock = ledger
+    far = clock.now_ms() + 31 * 24 * 3_600_000
+    seq = _seq(url)
+    with owner_transaction(url, *STEP_RULES) as pg:
+        pg.execute(
+            "UPDATE cassette_steps SET status = 'LEASED', lease_owner = 'x',"
+            " lease_expires_at = %s, fencing_token = 1 WHERE step_id = 1",
+            (far,),
+        )
+    cassette.complete_step("r", 1, "x", 1, {}, "SUCCESS")
+    cassette.post_message({"after": 1}, "r", "USER")
+    result = report(url)
+    assert not result["ok"]
+    over = [(f["seq"], f["key"]) for f in result["findings"] if f["kind"] == "lease_over_cap"]
+    assert over == [(seq, 1)], result["findings"]
