@@ -9,8 +9,10 @@ assertion fails: the attack passes verify, which is the hole the test records.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from catalytic_cassette import MessageCassette
 from catalytic_cassette.cli import cli
 from catalytic_cassette.verify import FindingKind, verify_path
 
@@ -109,15 +112,17 @@ def cli_report(target: Path | str) -> tuple[int, dict[str, Any]]:
 
 def assert_first_unlawful(
     target: Path | str, table: str, key: int, seq: int, code: str, *, cli_too: bool = True
-) -> None:
+) -> list[dict[str, Any]]:
     """Verify exits 1 and names ``seq`` as the first unlawful revision of the row, breaking
-    ``code``; through the CLI (``cli_too``) and the API."""
-    found = unlawful(report(target)["findings"])
+    ``code``; through the CLI (``cli_too``) and the API. Returns the API's findings."""
+    findings: list[dict[str, Any]] = report(target)["findings"]
+    found = unlawful(findings)
     assert found.get((table, key)) == (seq, code), found
     if cli_too:
         status, shown = cli_report(target)
         assert status == 1, shown
         assert unlawful(shown["findings"]).get((table, key)) == (seq, code), shown
+    return findings
 
 
 def journal_size(conn: Any) -> int:
@@ -142,6 +147,17 @@ def entries_of(conn: Any, table: str, key: int, start: int = 0) -> list[int]:
 
 
 # ------------------------------------------------------- how each attacker stores a revision
+
+
+@functools.cache
+def migrated_ledger() -> bytes:
+    """An empty ledger's file, migrated once per session (a ledger's ledger_id is its
+    own: every example's copy shares it, which nothing here reads)."""
+    with tempfile.TemporaryDirectory(prefix="cassette-history-") as folder:
+        path = Path(folder) / "empty.db"
+        MessageCassette(path).close()
+        assert not Path(str(path) + "-wal").exists() or not Path(str(path) + "-wal").stat().st_size
+        return path.read_bytes()
 
 
 def _code(exc: BaseException) -> str:

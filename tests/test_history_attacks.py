@@ -40,6 +40,7 @@ from .history_judge import (
     ignoring,
     journal_size,
     judged,
+    migrated_ledger,
     needs_judge,
     owner_transaction,
     report,
@@ -77,12 +78,15 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def path(tmp_path: Path) -> Path:
-    return tmp_path / "ledger.db"
+    """A new ledger: an empty migrated file, copied (migrating each took most of a test)."""
+    made = tmp_path / "ledger.db"
+    made.write_bytes(migrated_ledger())
+    return made
 
 
 @pytest.fixture
 def cassette(path: Path, clock: ManualClock) -> Iterator[MessageCassette]:
-    with MessageCassette(path, clock=clock) as opened:
+    with MessageCassette(path, clock=clock, durability="normal") as opened:
         opened.post_message({"jobs": [{"intent": "i", "steps": [{"n": 0}, {"n": 1}]}]}, "r", "USER")
         yield opened
 
@@ -103,6 +107,11 @@ UPDATE_ATTACKS = {
         "none",
         "status = 'LEASED', lease_owner = 'x', lease_expires_at = {soon},"
         " fencing_token = 1, payload_json = '{{\"n\":666}}'",
+        "IMMUTABLE_FIELD",
+    ),
+    "payload-rewritten-on-commit": (
+        "claim",
+        "status = 'COMMITTED', payload_json = '{{\"n\":666}}'",
         "IMMUTABLE_FIELD",
     ),
     "token-jumps-by-two": (
@@ -154,10 +163,25 @@ def test_a_client_trigger_ignoring_a_step_update(
         seq = forge(conn, sql)
     assert _step(cassette, 1) == before  # the row never took it
     _honest_after(cassette, 1, setup)
-    assert not [f for f in report(path)["findings"] if f["kind"] == "state_mismatch"]
-    assert_first_unlawful(path, "cassette_steps", 1, seq, code)
+    findings = assert_first_unlawful(path, "cassette_steps", 1, seq, code)
+    assert not [f for f in findings if f["kind"] == "state_mismatch"]  # the row overwritten
     cassette.post_message({"later": 1}, "r", "USER")
     assert_first_unlawful(path, "cassette_steps", 1, seq, code, cli_too=False)
+
+
+@pytest.mark.parametrize("clause", ["status = 'DONE'", "fencing_token = -1"])
+def test_a_client_trigger_cannot_journal_a_value_a_check_refuses(
+    cassette: MessageCassette, path: Path, clause: str
+) -> None:
+    """The journal trigger writes only for a row the table's CHECK constraints take: an
+    ignoring trigger then drops a change that left no entry, and verify passes."""
+    cassette.claim_step("r", "w", 600)
+    conn = cassette.conn
+    before = journal_size(conn)
+    with ignoring(conn, "UPDATE", "cassette_steps", "1"):
+        conn.execute(f"UPDATE cassette_steps SET {clause} WHERE step_id = 1")
+    assert journal_size(conn) == before
+    assert report(path)["ok"]
 
 
 @needs_judge
@@ -389,6 +413,21 @@ WIDER = {
         1,
         "WRONG_WORKER",
     ),
+    "receipt-of-a-pending-step": (
+        "cassette_receipts",
+        "INSERT INTO cassette_receipts (receipt_id, step_id, job_id, run_id, worker_id,"
+        " fencing_token, outcome, receipt_json, created_at)"
+        " VALUES (1, 2, 1, 'r', 'w', 0, 'FAILURE', '{{}}', {now})",
+        1,
+        "NOT_LEASED",
+    ),
+    "release-of-a-pending-step": (
+        "cassette_releases",
+        "INSERT INTO cassette_releases (release_id, step_id, run_id, worker_id, fencing_token,"
+        " created_at) VALUES (1, 2, 'r', 'w', 0, {now})",
+        1,
+        "NOT_LEASED",
+    ),
     "message-id-skips": (
         "cassette_messages",
         "INSERT INTO cassette_messages (message_id, run_id, source, payload_json, created_at)"
@@ -467,9 +506,9 @@ def test_a_client_without_a_tables_rules(
             for then in MESSAGE_BODY:
                 conn.execute(then.format(message=key, now=clock.now_ms()))
     assert journal_size(conn) > seq
-    findings = report(path)["findings"]
+    findings = report(path)["findings"]  # the schema is as it was
     assert not [f for f in findings if f["kind"] in {"schema_changed", "schema_missing"}]
-    assert_first_unlawful(path, table, key, seq, code)
+    assert_first_unlawful(path, table, key, seq, code, cli_too=False)
 
 
 # ----------------------------------------- a receipt dated after its lease, both backends

@@ -14,7 +14,6 @@ rules off and on in one transaction), then more honest writes.
 
 from __future__ import annotations
 
-import functools
 import os
 import tempfile
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from .backends import Ledger
 from .history_judge import (
     forge,
     ignoring,
+    migrated_ledger,
     needs_judge,
     owner_transaction,
     pg_write_path_code,
@@ -135,22 +135,11 @@ def _steps_by_status(ledger: Ledger) -> dict[str, list[int]]:
     return found
 
 
-@functools.cache
-def _migrated() -> bytes:
-    """An empty ledger's file, migrated once per session (a ledger's ledger_id is its
-    own: every example's copy shares it, which nothing here reads)."""
-    with tempfile.TemporaryDirectory(prefix="cassette-history-") as folder:
-        path = Path(folder) / "empty.db"
-        MessageCassette(path).close()
-        assert not Path(str(path) + "-wal").exists() or not Path(str(path) + "-wal").stat().st_size
-        return path.read_bytes()
-
-
 @contextmanager
 def sqlite_ledger() -> Iterator[Ledger]:
     with tempfile.TemporaryDirectory(prefix="cassette-history-") as folder:
         path = Path(folder) / "ledger.db"
-        path.write_bytes(_migrated())
+        path.write_bytes(migrated_ledger())
         yield Ledger("sqlite", str(path))
 
 
@@ -216,7 +205,7 @@ KINDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)]
 # tests/test_postgres_differential.py does).
 SHRINK = (Phase.shrink,) if os.environ.get("CASSETTE_DIFF_SHRINK", "") == "1" else ()
 SETTINGS = settings(
-    max_examples=10,
+    max_examples=8,
     deadline=None,
     report_multiple_bugs=False,
     phases=(Phase.explicit, Phase.reuse, Phase.generate, *SHRINK),
