@@ -247,6 +247,49 @@ def test_a_client_trigger_ignoring_an_insert(
     assert_first_unlawful(path, table, 1, seq, code)
 
 
+SKIPPED_AFTER = {
+    "receipt-without-its-commit": "cassette_receipts",
+    "release-without-its-requeue": "cassette_releases",
+}
+
+
+@needs_judge
+@pytest.mark.parametrize("attack", list(SKIPPED_AFTER))
+def test_a_client_trigger_skipping_what_a_receipt_or_release_does_to_its_step(
+    cassette: MessageCassette, path: Path, clock: ManualClock, attack: str
+) -> None:
+    """A TEMP AFTER trigger ending in RAISE(IGNORE) keeps the receipt or release and skips
+    the step's commit or requeue its AFTER trigger writes (LAW 12 (a), left as it was):
+    the entry is not followed by its step's revision. A released lease is then completed
+    by its holder (the write path checks no release on a receipt); a receipted one
+    expires and is requeued."""
+    table = SKIPPED_AFTER[attack]
+    leased = cassette.claim_step("r", "w", 1)
+    conn = cassette.conn
+    conn.execute(
+        f"CREATE TEMP TRIGGER client_skip AFTER INSERT ON main.{table}"
+        " BEGIN SELECT RAISE(IGNORE); END"
+    )
+    seq = journal_size(conn)
+    if table == "cassette_receipts":
+        cassette.complete_step("r", 1, "w", leased["fencing_token"], {}, "SUCCESS")
+    else:
+        cassette.requeue("r", 1, worker_id="w", fencing_token=leased["fencing_token"])
+    conn.execute("DROP TRIGGER temp.client_skip")
+    assert journal_size(conn) == seq + 1  # the receipt or release alone
+    assert cassette.get_step(1)["status"] == "LEASED"
+    if table == "cassette_releases":
+        cassette.complete_step("r", 1, "w", leased["fencing_token"], {}, "SUCCESS")
+    else:
+        clock.advance(2_000)
+        cassette.requeue("r")
+    # (no write path refuses this: its AFTER trigger always writes the step's revision, so
+    # the code is the judge's to choose; the entry it names is the receipt or release)
+    found = unlawful(report(path)["findings"])
+    assert (table, 1) in found, found
+    assert found[(table, 1)][0] == seq, found
+
+
 # ----------------------------------------------------- the sqlite3 shell plants a trigger
 
 
@@ -412,6 +455,22 @@ WIDER = {
         " created_at) VALUES (1, 1, 'r', 'x', 1, {now})",
         1,
         "WRONG_WORKER",
+    ),
+    "receipt-id-skips": (
+        "cassette_receipts",
+        "INSERT INTO cassette_receipts (receipt_id, step_id, job_id, run_id, worker_id,"
+        " fencing_token, outcome, receipt_json, created_at)"
+        " VALUES (2, 1, 1, 'r', 'w', 1, 'SUCCESS', '{{}}', {now})",
+        2,
+        "OUT_OF_ORDER",
+    ),
+    "step-id-skips": (
+        "cassette_steps",
+        "INSERT INTO cassette_steps (step_id, job_id, run_id, message_id, job_ordinal, ordinal,"
+        " status, fencing_token, payload_json, created_at)"
+        " VALUES (4, 1, 'r', 1, 0, 2, 'PENDING', 0, '{{}}', {now})",
+        4,
+        "OUT_OF_ORDER",
     ),
     "receipt-of-a-pending-step": (
         "cassette_receipts",
