@@ -107,9 +107,10 @@ def step_update(
     token, old_token = new.get("fencing_token"), old.get("fencing_token")
     if not _is_int(token) or token < 0:
         return ErrorCode.INVALID_TOKEN, f"token {token!r}"
-    for column in IMMUTABLE_COLUMNS:
-        if _differ(new.get(column), old.get(column)):
-            return ErrorCode.IMMUTABLE_FIELD, f"{column} changes"
+    if _immutables(new) != _immutables(old):  # (the common case: equal, one comparison)
+        for column in IMMUTABLE_COLUMNS:
+            if _differ(new.get(column), old.get(column)):
+                return ErrorCode.IMMUTABLE_FIELD, f"{column} changes"
     lease_changed = any(_differ(old.get(f), new.get(f)) for f in LEASE_FIELDS)
     if status == old_status and lease_changed:
         return ErrorCode.LEASE_FIELDS_LOCKED, f"lease fields change while {status}"
@@ -136,6 +137,10 @@ def step_update(
         if not receipt:
             return ErrorCode.RECEIPT_REQUIRED, "COMMITTED without the step's receipt"
     return None
+
+
+def _immutables(row: Row) -> tuple[Any, ...]:
+    return tuple(map(row.get, IMMUTABLE_COLUMNS))
 
 
 def _differ(a: object, b: object) -> bool:

@@ -50,6 +50,22 @@ assert report.ok, [f.to_dict() for f in report.findings[:3]]
 print(json.dumps({{"rows": report.journal_rows, "seconds": elapsed}}))
 """
 
+CHILD_SEAL_JUDGE = """
+import json, sqlite3, sys, time
+sys.path.insert(0, {root!r})
+from catalytic_cassette.verify.findings import Collector
+from catalytic_cassette.verify.history import check_since
+conn = sqlite3.connect("file:" + {path!r} + "?mode=ro", uri=True)
+size = conn.execute("SELECT seq + 1 FROM cassette_journal ORDER BY seq DESC LIMIT 1").fetchone()[0]
+out = {{}}
+for label, start in (("whole", 0), ("last 10000", size - 10_000)):
+    begin = time.perf_counter()
+    found = Collector()
+    assert check_since(conn, found, start, size, 1 << 62, 300_000), found.report.findings[:3]
+    out[label] = time.perf_counter() - begin
+print(json.dumps(out))
+"""
+
 CHILD_COPY = """
 import json, os, sys, time
 sys.path.insert(0, {root!r})
@@ -126,6 +142,7 @@ def main() -> None:
     )
     root = str(ROOT)
     runs: dict[str, list[float]] = {"full": [], "no judge": [], "copy": [], "small full": []}
+    seal_judge: list[dict[str, float]] = []
     for _ in range(args.reps):
         full = child(CHILD_VERIFY.format(root=root, prelude="", path=str(big)))
         runs["full"].append(full["rows"] / full["seconds"])
@@ -136,6 +153,7 @@ def main() -> None:
         runs["copy"].append(copied["rows"] / copied["seconds"])
         verified = child(CHILD_VERIFY.format(root=root, prelude="", path=str(small)))
         runs["small full"].append(verified["rows"] / verified["seconds"])
+        seal_judge.append(child(CHILD_SEAL_JUDGE.format(root=root, path=str(big))))
 
     def shown(name: str) -> str:
         values = runs[name]
@@ -149,6 +167,12 @@ def main() -> None:
     )
     print(f"copy (replay through the law), {small.name}: {shown('copy')}")
     print(f"full verify, {small.name}: {shown('small full')}")
+    for label in ("whole", "last 10000"):
+        values = [m[label] for m in seal_judge]
+        print(
+            f"a seal's history check, {label} of {big.name}: {statistics.median(values):.3f} s"
+            f" (range {min(values):.3f}-{max(values):.3f})"
+        )
     print(
         "ratio verify/copy (rate): "
         f"{statistics.median(runs['small full']) / statistics.median(runs['copy']):.1f}"

@@ -237,3 +237,43 @@ def test_a_seal_after_a_busy_lawful_history_is_signed(backend: Ledger) -> None:
         cassette.complete_step("r", held["step_id"], "w9", held["fencing_token"], {}, "SUCCESS")
         again = cassette.seal(key)  # judged from the first seal on
     assert again.tree_size > sealed.tree_size
+
+
+def test_a_seal_judges_a_step_of_before_its_checkpoint_from_its_last_entry(
+    tmp_path: Path,
+) -> None:
+    """A lease taken before the key's last seal and closed after it: its commit is judged
+    against the claim read from below the checkpoint, lawful or not."""
+    key = Ed25519PrivateKey.generate()
+    for attack in (False, True):
+        backend = Ledger("sqlite", str(tmp_path / f"ledger-{attack}.db"))
+        with backend.open() as cassette:
+            cassette.post_message({}, "r", "USER")
+            cassette.post_message({}, "r", "USER")
+            held = cassette.claim_step("r", "w", 60)
+            cassette.seal(key)
+            if attack:  # COMMITTED with no receipt, the row change dropped
+                cassette.conn.execute(
+                    "CREATE TEMP TRIGGER skip BEFORE UPDATE ON main.cassette_steps"
+                    " BEGIN SELECT RAISE(IGNORE); END"
+                )
+                with cassette.write() as write:
+                    write.execute(
+                        "UPDATE cassette_steps SET status = 'COMMITTED' WHERE step_id = ?",
+                        (held["step_id"],),
+                    )
+                cassette.conn.execute("DROP TRIGGER temp.skip")
+            cassette.complete_step("r", held["step_id"], "w", 1, {}, "SUCCESS")
+            nxt = cassette.claim_step("r", "w", 60)
+            cassette.complete_step("r", nxt["step_id"], "w", 1, {}, "SUCCESS")
+            if not attack:
+                assert cassette.seal(key).tree_size == cassette.journal_size() - 1
+                continue
+            with pytest.raises(CassetteError) as refused:
+                cassette.seal(key)
+            assert refused.value.code is ErrorCode.UNLAWFUL_HISTORY
+            found = refused.value.detail["findings"]
+            assert [(f["table"], f["key"]) for f in found] == [
+                ("cassette_steps", held["step_id"]),
+                ("cassette_receipts", 1),
+            ]

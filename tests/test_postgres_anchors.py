@@ -350,8 +350,8 @@ def test_a_seal_while_another_host_writes_is_not_busy(
     some_work(pg_ledger)
     rebuild = anchors.rebuilt_tree
 
-    def rebuilt_while_another_writes(conn: Any, size: int) -> Any:
-        tree = rebuild(conn, size)
+    def rebuilt_while_another_writes(conn: Any, size: int, *judged: Any) -> Any:
+        tree = rebuild(conn, size, *judged)
         with MessageCassette(pg_ledger) as other:
             other.post_message({"meanwhile": True}, "run", "USER")
         return tree

@@ -89,6 +89,10 @@ class HistoryJudge:
         self._acts: dict[Any, list[law.Attested]] = {}  # live steps' attestations
         self._receipted: set[Any] = set()  # live steps with a receipt (an unlawful one)
         self._released: dict[Any, set[Any]] = {}  # live steps: tokens released
+        # Judging from a checkpoint (``before``): the first step inserted after it, and the
+        # steps of before it met and COMMITTED since (at most the steps live at it).
+        self._first_step: int | None = None
+        self._closed: set[int] = set()
         self._last = dict.fromkeys(JUDGED, 0) if last_ids is None else dict(last_ids)
         # (kind, seq, table, key, step_id, token, worker, run): the entry after ``seq`` must
         # be this step's COMMITTED ("commit") or PENDING ("release") revision
@@ -238,6 +242,8 @@ class HistoryJudge:
         verdict = law.step_insert(row)
         if verdict is not None:
             self._report(seq, STEPS, key, *verdict)
+        if type(key) is int and self._first_step is None:
+            self._first_step = key
         if type(key) is int and row.get("status") != law.FINAL:
             self._steps[key] = row
 
@@ -249,16 +255,20 @@ class HistoryJudge:
         step = self._steps.get(step_id)
         if step is not None:
             return step
-        if self._before is not None and step_id not in self._acts:
-            row, acts = self._before(step_id)
-            self._acts[step_id] = acts
-            if row is not None and row.get("status") != law.FINAL:
-                self._steps[step_id] = row
-                return row
-            if row is not None:
-                return _COMMITTED
+        if step_id in self._closed:
+            return _COMMITTED
+        first = self._first_step
+        if self._before is None or (first is not None and step_id >= first):
+            return _COMMITTED if 0 < step_id <= self._last.get(STEPS, 0) else None
+        row, acts = self._before(step_id)  # (a step of before the window, met first)
+        if row is None:
             return None
-        return _COMMITTED if 0 < step_id <= self._last.get(STEPS, 0) else None
+        if row.get("status") == law.FINAL:
+            self._closed.add(step_id)
+            return _COMMITTED
+        self._steps[step_id] = row
+        self._acts[step_id] = acts
+        return row
 
     def _step_update(
         self, seq: int, key: Any, row: dict[str, Any], awaited: tuple[str, Any, Any] | None
@@ -292,8 +302,9 @@ class HistoryJudge:
             self._acts.pop(key, None)
             self._receipted.discard(key)
             self._released.pop(key, None)
-            if self._before is not None:
-                self._acts[key] = []  # (known now: not to be read from before again)
+            first = self._first_step
+            if self._before is not None and (first is None or key < first):
+                self._closed.add(key)  # (not to be read from before the window again)
         else:
             self._steps[key] = row
 
