@@ -31,6 +31,8 @@ import pytest
 
 from catalytic_cassette import CassetteError, ManualClock, MessageCassette
 from catalytic_cassette.chain import CausalChain
+from catalytic_cassette.signing import generate
+from catalytic_cassette.worker_keys import WorkerKey
 
 from .backends import Ledger
 from .history_judge import (
@@ -43,6 +45,7 @@ from .history_judge import (
     migrated_ledger,
     needs_judge,
     owner_transaction,
+    pg_write_path_code,
     report,
     unlawful,
     write_path_code,
@@ -664,3 +667,37 @@ def test_a_forward_clock_expires_other_leases_in_the_ledgers_time(
             honest.complete_step("r", leased["step_id"], "w", 1, {}, "SUCCESS")
         assert refused.value.code.value == "NOT_LEASED"
     assert report(path)["ok"]
+
+
+@pytest.mark.both_backends
+@needs_judge
+def test_a_signed_lease_requeued_without_its_attestation(backend: Ledger, tmp_path: Path) -> None:
+    """LAW 6b: a lease claimed signed ends only by its worker's attested act or an
+    attested requeue. The requeue is stored unsigned after the lease expired (SQLite: a
+    client's ignoring TEMP trigger; PostgreSQL: the owner's step rules off for it); the
+    holder then closes the lease honestly, signed (ABORTED, after expiry)."""
+    key_path, _ = generate(str(tmp_path / "w1"))
+    key = WorkerKey.load("w1", key_path)
+    with backend.open(worker_key=key) as cassette:
+        cassette.post_message({"n": 0}, "r", "WORKER")
+        leased = cassette.claim_step("r", "w1", 1)
+        backend.advance(2_000)
+        sql = (
+            "UPDATE cassette_steps SET status = 'PENDING', lease_owner = NULL,"
+            " lease_expires_at = NULL WHERE step_id = 1"
+        )
+        if backend.postgresql:
+            assert pg_write_path_code(backend.target, sql) == "SIGNATURE_REQUIRED"
+            seq = backend.count("cassette_journal")
+            with owner_transaction(backend.target, "cassette_steps", "cassette_steps_update") as pg:
+                pg.execute(sql)
+            assert cassette.get_step(1)["status"] == "PENDING"
+            again = cassette.claim_step("r", "w1", 60)  # the row took it: claimed anew
+            cassette.complete_step("r", 1, "w1", again["fencing_token"], {}, "SUCCESS")
+        else:
+            conn = cassette.conn
+            assert write_path_code(conn, sql) == "SIGNATURE_REQUIRED"
+            with ignoring(conn, "UPDATE", "cassette_steps", "NEW.lease_owner IS NULL"):
+                seq = forge(conn, sql)
+            cassette.complete_step("r", 1, "w1", leased["fencing_token"], {}, "ABORTED")
+    assert_first_unlawful(backend.target, "cassette_steps", 1, seq, "SIGNATURE_REQUIRED")
