@@ -701,3 +701,30 @@ def test_a_signed_lease_requeued_without_its_attestation(backend: Ledger, tmp_pa
                 seq = forge(conn, sql)
             cassette.complete_step("r", 1, "w1", leased["fencing_token"], {}, "ABORTED")
     assert_first_unlawful(backend.target, "cassette_steps", 1, seq, "SIGNATURE_REQUIRED")
+
+
+def test_a_planted_trigger_can_still_act_lawfully_in_a_workers_name(
+    shell: str, path: Path, clock: ManualClock
+) -> None:
+    """LAW 12 (a), what a planted-then-dropped trigger can still do: make an honest post
+    journal a FAILURE receipt in the holder's name. Every revision is lawful and the rows
+    match, so verify passes; only worker keys stop it (SIGNATURE_REQUIRED) or show it."""
+    with MessageCassette(path, clock=clock) as cassette:
+        cassette.post_message({"n": 0}, "r", "USER")
+        cassette.claim_step("r", "w", 600)
+    run_shell(
+        shell,
+        path,
+        "CREATE TRIGGER planted AFTER INSERT ON cassette_messages WHEN NEW.message_id = 2"
+        " BEGIN INSERT INTO cassette_receipts (step_id, job_id, run_id, worker_id,"
+        " fencing_token, outcome, receipt_json, created_at) SELECT step_id, job_id, run_id,"
+        " lease_owner, fencing_token, 'FAILURE', '{\"forged\":1}', NEW.created_at"
+        " FROM cassette_steps WHERE step_id = 1; END;",
+    )
+    with MessageCassette(path, clock=clock) as cassette:
+        cassette.post_message({"n": 1}, "r", "USER")  # an honest post
+        assert cassette.get_step(1)["status"] == "COMMITTED"
+    run_shell(shell, path, "DROP TRIGGER planted;")
+    result = report(path)
+    assert result["ok"], result["findings"]
+    assert unlawful(result["findings"]) == {}
