@@ -60,6 +60,10 @@ MISSED = {
         "messages are not judged: a message whose payload nests 1500 deep (INVALID_PAYLOAD),"
         " in its row and its entry, passes verify"
     ),
+    "job-of-another-run": (
+        "jobs are not judged: a job whose run is not its message's is reported as orphan,"
+        " not as the entry that broke RUN_MISMATCH"
+    ),
     "action-after-its-plan-finished": (
         "actions are not judged: an action after its plan's PlanCompleted (PLAN_FINISHED)"
         " passes verify"

@@ -531,6 +531,23 @@ WIDER = {
         3,
         "PLAN_NOT_STARTED",
     ),
+    "attestation-of-a-claim-of-a-leased-step": (
+        "cassette_attestations",
+        "INSERT INTO cassette_attestations (attestation_id, act, run_id, message_id, step_id,"
+        " fencing_token, worker_id, key_id, signature, created_at)"
+        " VALUES (1, 'claim', 'r', NULL, 1, 2, 'x', '0123456789abcdef', '"
+        + "A" * 86
+        + "==', {now})",
+        1,
+        "INVALID_ATTESTATION",
+    ),
+    "job-of-another-run": (
+        "cassette_jobs",
+        "INSERT INTO cassette_jobs (job_id, message_id, run_id, intent, ordinal, created_at)"
+        " VALUES (2, 1, 'other', 'i', 1, {now})",
+        2,
+        "RUN_MISMATCH",
+    ),
     "attestation-for-another-worker": (
         "cassette_attestations",
         "INSERT INTO cassette_attestations (attestation_id, act, run_id, message_id, step_id,"
