@@ -50,6 +50,7 @@ from .history_judge import (
     unlawful,
     write_path_code,
 )
+from .test_redteam import rewrite_history
 
 MINUTE_MS = 60_000
 
@@ -745,3 +746,30 @@ def test_a_planted_trigger_can_still_act_lawfully_in_a_workers_name(
     result = report(path)
     assert result["ok"], result["findings"]
     assert unlawful(result["findings"]) == {}
+
+
+@needs_judge
+def test_a_consistent_rewrite_of_the_rows_is_judged_against_older_revisions(
+    cassette: MessageCassette, path: Path
+) -> None:
+    """Attacker (c) without the seal key: the rows edited (the receipt and the committed
+    step given to x), their latest journal revisions re-rendered from them, every hash and
+    tree node recomputed (tests/test_redteam.py). The chain, the tree and the tables agree
+    and no seal is left to compare; the claim's older revision still names w, so the judge
+    names the receipt (WRONG_WORKER)."""
+    leased = cassette.claim_step("r", "w", 600)
+    cassette.complete_step("r", 1, "w", leased["fencing_token"], {}, "SUCCESS")
+    cassette.close()
+    reader = sqlite3.connect(path)
+    try:
+        (receipt_seq,) = entries_of(reader, "cassette_receipts", 1)
+    finally:
+        reader.close()
+
+    def give_to_x(conn: sqlite3.Connection) -> None:
+        conn.execute("UPDATE cassette_receipts SET worker_id = 'x' WHERE receipt_id = 1")
+        conn.execute("UPDATE cassette_steps SET lease_owner = 'x' WHERE step_id = 1")
+
+    rewrite_history(path, give_to_x)
+    findings = assert_first_unlawful(path, "cassette_receipts", 1, receipt_seq, "WRONG_WORKER")
+    assert {f["kind"] for f in findings if f["severity"] == "error"} == {"unlawful_history"}
