@@ -13,7 +13,14 @@ passed).
 - A client on a package connection drops the file's rule triggers of a table, writes, and
   puts them back in their order (SQLite's counterpart of a PostgreSQL owner's
   ``DISABLE TRIGGER``): the row and its entry both hold the unlawful revision.
-- A client drops the package's TEMP clock guard and completes after its lease expired.
+- A client drops the package's TEMP clock guard and completes after its lease expired
+  (both backends; on PostgreSQL the owner turns the receipt's guard off), or requeues a
+  signed lease without its attestation.
+- A consistent rewrite of the rows (attacker (c) without the seal key) leaves older
+  revisions to contradict the re-rendered latest ones.
+Tests that name no verify finding show what is not an attack (a value a CHECK refuses
+never reaches the journal; an honest ledger has no unlawful history) or what the law
+leaves open and LAW.md says so (a forward clock, a lawful act in a worker's name).
 """
 
 from __future__ import annotations
