@@ -780,3 +780,20 @@ def test_a_consistent_rewrite_of_the_rows_is_judged_against_older_revisions(
     rewrite_history(path, give_to_x)
     findings = assert_first_unlawful(path, "cassette_receipts", 1, receipt_seq, "WRONG_WORKER")
     assert {f["kind"] for f in findings if f["severity"] == "error"} == {"unlawful_history"}
+
+
+@needs_judge
+def test_a_look_alike_transaction_clock_lets_a_success_after_expiry_through(
+    cassette: MessageCassette, path: Path, clock: ManualClock
+) -> None:
+    """Attacker (b) with a look-alike function: the TEMP clock guard reads
+    ``cassette_transaction_ms()``, which the client registers to answer a time before the
+    lease's expiry, while the package dates the receipt by its clock, after it."""
+    leased = cassette.claim_step("r", "w", 1)
+    clock.advance(2_000)
+    before_expiry = leased["lease_expires_at"] - 1
+    cassette.conn.create_function("cassette_transaction_ms", 0, lambda: before_expiry)
+    seq = journal_size(cassette.conn)
+    cassette.complete_step("r", 1, "w", leased["fencing_token"], {}, "SUCCESS")
+    assert cassette.get_step(1)["status"] == "COMMITTED"
+    assert_first_unlawful(path, "cassette_receipts", 1, seq, "LEASE_EXPIRED", cli_too=False)
