@@ -111,7 +111,7 @@ def step_update(
         for column in IMMUTABLE_COLUMNS:
             if _differ(new.get(column), old.get(column)):
                 return ErrorCode.IMMUTABLE_FIELD, f"{column} changes"
-    lease_changed = any(_differ(old.get(f), new.get(f)) for f in LEASE_FIELDS)
+    lease_changed = _lease(new) != _lease(old)  # (as ``_differ`` on each)
     if status == old_status and lease_changed:
         return ErrorCode.LEASE_FIELDS_LOCKED, f"lease fields change while {status}"
     if edge is None:
@@ -141,6 +141,10 @@ def step_update(
 
 def _immutables(row: Row) -> tuple[Any, ...]:
     return tuple(map(row.get, IMMUTABLE_COLUMNS))
+
+
+def _lease(row: Row) -> tuple[Any, ...]:
+    return tuple(map(row.get, LEASE_FIELDS))
 
 
 def _differ(a: object, b: object) -> bool:

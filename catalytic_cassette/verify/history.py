@@ -135,7 +135,8 @@ class HistoryJudge:
         awaited = self._settle(seq, table, op, key, row)
         self._run = row.get("run_id")
         if op == "INSERT":
-            self.dated(seq, row.get("created_at"))
+            if self.requeues:
+                self.dated(seq, row.get("created_at"))
             if table in _IDS:
                 self._dense(seq, table, key)
         if table == STEPS:
