@@ -41,7 +41,16 @@ def phases(path: str) -> list[tuple[str, float]]:
     full run overlaps the walk with the pages-and-indexes check on two connections)."""
     from catalytic_cassette.clock import SystemClock
     from catalytic_cassette.connection import connect_readonly
-    from catalytic_cassette.verify import chain, consistency, findings, run, state, stream, timeline
+    from catalytic_cassette.verify import (
+        chain,
+        consistency,
+        findings,
+        history,
+        run,
+        state,
+        stream,
+        timeline,
+    )
 
     conn = run._for_verify(connect_readonly(path))
     conn.execute("BEGIN")
@@ -93,6 +102,10 @@ def phases(path: str) -> list[tuple[str, float]]:
         (
             "for comparison: time from the journal in SQL",
             lambda: timeline.check_time(conn, out, now, 300_000, 86_400_000),
+        ),
+        (
+            "for comparison: history by its own scan of the journal",
+            lambda: history.check_history(conn, out, now, 300_000),
         ),
     ]
     timed = []
