@@ -314,3 +314,12 @@ def schema_version(target: str | Path) -> int:
     from catalytic_cassette.migrate import current_version
 
     return current_version()
+
+
+def past_the_temp_check(conn: Any) -> None:
+    """A hostile client on a package connection: it controls its own process, so it skips
+    the package's check of the connection's TEMP schema (LAW.md section 9) by recording
+    its own TEMP objects as the package's. What it then leaves behind is verify's to find."""
+    from catalytic_cassette.temp_objects import TempSchema
+
+    conn.temp_schema = TempSchema(conn)

@@ -18,7 +18,7 @@ from catalytic_cassette import CassetteError, ErrorCode
 from catalytic_cassette.verify import verify_path
 from catalytic_cassette.worker_keys import WorkerKey
 
-from .backends import Ledger
+from .backends import Ledger, past_the_temp_check
 
 
 def busy(backend: Ledger) -> None:
@@ -99,12 +99,14 @@ def test_a_revision_a_temp_trigger_dropped_is_named_after_an_honest_overwrite(
             "CREATE TEMP TRIGGER skip BEFORE UPDATE ON main.cassette_steps"
             " BEGIN SELECT RAISE(IGNORE); END"
         )
+        past_the_temp_check(cassette.conn)
         with cassette.write() as write:  # (the package's transaction, clock and journal)
             write.execute(
                 "UPDATE cassette_steps SET status = 'COMMITTED' WHERE step_id = ?",
                 (held["step_id"],),
             )
         conn.execute("DROP TRIGGER temp.skip")
+        past_the_temp_check(conn)
     _overwrite(backend, held["step_id"])
     report = verify_path(backend.target)
     assert not report.ok
@@ -170,12 +172,14 @@ def _commit_without_receipt_sqlite(backend: Ledger) -> int:
             "CREATE TEMP TRIGGER skip BEFORE UPDATE ON main.cassette_steps"
             " BEGIN SELECT RAISE(IGNORE); END"
         )
+        past_the_temp_check(cassette.conn)
         with cassette.write() as write:
             write.execute(
                 "UPDATE cassette_steps SET status = 'COMMITTED' WHERE step_id = ?",
                 (held["step_id"],),
             )
         cassette.conn.execute("DROP TRIGGER temp.skip")
+        past_the_temp_check(cassette.conn)
     _overwrite(backend, held["step_id"])
     return int(held["step_id"])
 
@@ -257,12 +261,14 @@ def test_a_seal_judges_a_step_of_before_its_checkpoint_from_its_last_entry(
                     "CREATE TEMP TRIGGER skip BEFORE UPDATE ON main.cassette_steps"
                     " BEGIN SELECT RAISE(IGNORE); END"
                 )
+                past_the_temp_check(cassette.conn)
                 with cassette.write() as write:
                     write.execute(
                         "UPDATE cassette_steps SET status = 'COMMITTED' WHERE step_id = ?",
                         (held["step_id"],),
                     )
                 cassette.conn.execute("DROP TRIGGER temp.skip")
+                past_the_temp_check(cassette.conn)
             cassette.complete_step("r", held["step_id"], "w", 1, {}, "SUCCESS")
             nxt = cassette.claim_step("r", "w", 60)
             cassette.complete_step("r", nxt["step_id"], "w", 1, {}, "SUCCESS")
