@@ -240,7 +240,14 @@ def test_a_receipt_whose_commit_is_skipped_leaves_only_its_own_step_leased(
     attacker.close()
     honest.close()
     found = verify_path(str(path)).errors
-    assert [(f.kind, f.key) for f in found] == [("receipt_mismatch", 1)], found  # receipt 1
+    # receipt 1: its step is not COMMITTED (the state), and its entry is not followed by
+    # the step's commit (the history judge names the rule)
+    assert sorted((f.kind, f.key) for f in found) == [
+        ("receipt_mismatch", 1),
+        ("unlawful_history", 1),
+    ], found
+    (judged,) = (f for f in found if f.kind == "unlawful_history")
+    assert judged.table == "cassette_receipts" and judged.detail.startswith("RECEIPT_REQUIRED")
 
 
 def test_a_release_whose_requeue_is_skipped_holds_only_its_step_until_expiry(
