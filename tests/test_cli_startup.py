@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,11 @@ DENIED_AT_IMPORT = (
     "json",
     "hashlib",
 )
-DENIED_ON_HOT_PATHS = (*HEAVY, *OTHER_COMMAND_MODULES)
+# hashlib loads OpenSSL (about 3 ms): the journal hashes with the interpreter's builtin
+# SHA-256 when it has one (hashing.py).
+BUILTIN_SHA256 = find_spec("_sha2") is not None or find_spec("_sha256") is not None
+OPENSSL_HASHES = ("hashlib", "_hashlib") if BUILTIN_SHA256 else ()
+DENIED_ON_HOT_PATHS = (*HEAVY, *OTHER_COMMAND_MODULES, *OPENSSL_HASHES)
 
 # Written at exit, after the command (and without json: the report imports nothing).
 _REPORT = """
