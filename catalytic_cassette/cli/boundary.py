@@ -102,6 +102,14 @@ class CassetteGroup(click.Group):
         ctx.meta[_COMMAND_KEY] = name
         return name, command, rest
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from .lazy import LazyCommands  # (the table of commands: listed without importing)
+
+        if not isinstance(self.commands, LazyCommands):
+            return super().format_commands(ctx, formatter)
+        with self.commands.listing():
+            return super().format_commands(ctx, formatter)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
