@@ -146,6 +146,17 @@ class CassetteGroup(click.Group):
         sys.exit(status if isinstance(status, int) else EXIT_OK)
 
 
+def emit_plain(value: Any) -> None:
+    """``emit`` of a document holding only text, integers, booleans, null, arrays and
+    objects (e.g. counts), through the standard library's encoder: the same bytes as
+    orjson's for these values (tests/test_cli_startup.py), without loading orjson and the
+    modules it imports (about 1.2 ms of each call: docs/BENCHMARKS.md)."""
+    import json
+
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
 def emit(value: Any) -> None:
     """Write one JSON document to stdout."""
     import orjson
