@@ -148,7 +148,7 @@ def test_a_hot_command_loads_no_denied_module(
 def test_the_help_listing_loads_no_command_module(tmp_path: Path) -> None:
     body = "from catalytic_cassette.cli import main\nsys.argv[1:] = ['--help']\nmain()"
     loaded = imported(tmp_path, body)
-    assert "click.formatting" in loaded  # it ran
+    assert "click._textwrap" in loaded  # it ran: the help was written
     assert denied(loaded, DENIED_AT_IMPORT) == []
 
 
