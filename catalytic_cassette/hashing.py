@@ -8,27 +8,54 @@ The chain before the first entry is 32 zero bytes.
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
+
+class Digest(Protocol):
+    def digest(self) -> bytes: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def _builtin_sha256() -> Callable[[bytes], Digest]:
+    """SHA-256 from CPython's own module when the build has it, else ``hashlib``'s.
+
+    Every ``cassette`` command opens a ledger, whose triggers call these functions;
+    ``hashlib`` costs each call about 3 ms more, almost all in loading its OpenSSL module
+    (docs/BENCHMARKS.md, "CLI start-up per call"). ``_sha256`` (3.10, 3.11) and
+    ``_sha2`` (3.12+) are private modules of the standard library, the same that
+    ``hashlib`` falls back to, so the digests are the same; a build without them (e.g.
+    configured with only OpenSSL's hashes) uses ``hashlib``.
+    """
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+        except ImportError:
+            from hashlib import sha256
+    return sha256  # type: ignore[no-any-return,return-value,unused-ignore]
+
+
+sha256 = _builtin_sha256()
 ZERO_HASH = bytes(32)
 SEQ_U64 = struct.Struct(">Q")
 
 
 def leaf_hash(body: bytes) -> bytes:
     """``SHA-256(0x00 || body)``: the hash of one leaf entry."""
-    return hashlib.sha256(b"\x00" + body).digest()
+    return sha256(b"\x00" + body).digest()
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
     """``SHA-256(0x01 || left || right)``: the hash of an interior node."""
-    return hashlib.sha256(b"\x01" + left + right).digest()
+    return sha256(b"\x01" + left + right).digest()
 
 
 def chain_hash(seq: int, prev: bytes, leaf: bytes) -> bytes:
-    return hashlib.sha256(b"\x02" + SEQ_U64.pack(seq) + prev + leaf).digest()
+    return sha256(b"\x02" + SEQ_U64.pack(seq) + prev + leaf).digest()
 
 
 class Remembered:
@@ -79,4 +106,4 @@ def sha256_hex(text: str | None) -> str | None:
     """Lowercase hex SHA-256 of text's UTF-8 bytes (``cassette_sha256_hex`` in SQL)."""
     if text is None:
         return None
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return sha256(text.encode("utf-8")).hexdigest()

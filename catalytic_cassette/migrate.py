@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 
 from . import sqlfiles
 from .errors import CassetteError, ErrorCode
+from .hashing import sha256
 
 APPLICATION_ID = 0x43535454  # "CSTT": marks a file as a catalytic-cassette ledger
 
@@ -15,7 +15,7 @@ FORMAT = "catalytic-cassette"
 
 
 def migration_digest(sql: str) -> str:
-    return hashlib.sha256(sql.encode("utf-8")).hexdigest()
+    return sha256(sql.encode("utf-8")).hexdigest()
 
 
 def current_version() -> int:

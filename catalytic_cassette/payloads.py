@@ -6,8 +6,6 @@ import math
 import re
 from typing import Any, NamedTuple
 
-import orjson
-
 from .errors import CassetteError, ErrorCode
 
 MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
@@ -36,6 +34,8 @@ def dumps(value: Any) -> str:
     ``{"x": null}`` the same stored value; JSON has no such numbers, so they are refused.
     Only an encoding that contains ``null`` can hide one, so the walk runs only then.
     """
+    import orjson  # (in the functions that use it: `status` never loads it, docs/BENCHMARKS.md)
+
     try:
         encoded = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError as exc:
@@ -128,6 +128,8 @@ def loads(text: Any, what: str = "a stored JSON value") -> Any:
         raise CassetteError(
             ErrorCode.UNREADABLE_ROW, f"{what} is {type(text).__name__}, not JSON text"
         )
+    import orjson
+
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -166,6 +168,8 @@ def parse_json(data: bytes | str, what: str = "payload") -> Any:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CassetteError(ErrorCode.INVALID_PAYLOAD, f"{what} is not valid UTF-8") from exc
+    import orjson
+
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

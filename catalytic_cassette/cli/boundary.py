@@ -155,6 +155,14 @@ class CassetteGroup(click.Group):
             _silence_stdout()
             raise click.exceptions.Exit(EXIT_BROKEN_PIPE) from None
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from .lazy import LazyCommands  # (the table of commands: listed without importing)
+
+        if not isinstance(self.commands, LazyCommands):
+            return super().format_commands(ctx, formatter)
+        with self.commands.listing():
+            return super().format_commands(ctx, formatter)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -190,6 +198,17 @@ class CassetteGroup(click.Group):
             mapped.show()
             sys.exit(mapped.exit_code)
         sys.exit(status if isinstance(status, int) else EXIT_OK)
+
+
+def emit_plain(value: Any) -> None:
+    """``emit`` of a document holding only text, integers, booleans, null, arrays and
+    objects (e.g. counts), through the standard library's encoder: the same bytes as
+    orjson's for these values (tests/test_cli_startup.py), without loading orjson and the
+    modules it imports (about 1.2 ms of each call: docs/BENCHMARKS.md)."""
+    import json
+
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
 
 
 def emit(value: Any) -> None:

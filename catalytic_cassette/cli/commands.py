@@ -12,7 +12,7 @@ import click
 from click.core import ParameterSource
 
 from ..lease_limits import DEFAULT_TTL_SECONDS
-from .boundary import EXIT_CANNOT_VERIFY, CassetteGroup, emit
+from .boundary import EXIT_CANNOT_VERIFY, CassetteGroup, emit, emit_plain
 from .params import (
     INPUT_LEDGER,
     KEY_DIRECTORY,
@@ -351,7 +351,7 @@ def requeue(
 @click.pass_context
 def status(ctx: click.Context, run_id: str) -> None:
     """Counts of steps by state, receipts by outcome, expired leases."""
-    emit(_open(ctx, read_only=True).status(run_id))
+    emit_plain(_open(ctx, read_only=True).status(run_id))  # (counts and the run's name)
 
 
 @click.command()
