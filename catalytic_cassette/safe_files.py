@@ -173,9 +173,8 @@ def check_named(
     return seen
 
 
-def check_directory(path: PathLike, *, what: str) -> None:
-    """A real directory (not a link to one) that may be listed, or a coded refusal."""
-    name = os.fspath(path)
+def _a_real_directory(path: PathLike, name: str, what: str) -> None:
+    """Refuse unless ``path`` itself (a link not followed) is a directory."""
     try:
         seen = os.stat(path, follow_symlinks=False)
     except OSError as exc:
@@ -184,6 +183,12 @@ def check_directory(path: PathLike, *, what: str) -> None:
         raise CassetteError(
             ErrorCode.UNSAFE_PATH, f"{what} {name} is {_kind_of(seen.st_mode)}", path=name
         )
+
+
+def check_directory(path: PathLike, *, what: str) -> None:
+    """A real directory (not a link to one) that may be listed, or a coded refusal."""
+    name = os.fspath(path)
+    _a_real_directory(path, name, what)
     if not os.access(path, os.R_OK | os.X_OK):
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"{what} {name} may not be read", path=name)
 
@@ -241,14 +246,7 @@ def open_directory(path: PathLike, *, what: str, follow: bool = False) -> Iterat
     """
     name = os.fspath(path)
     if not follow:
-        try:
-            seen = os.stat(path, follow_symlinks=False)
-        except OSError as exc:
-            raise refusal(exc, name, what) from exc
-        if not stat.S_ISDIR(seen.st_mode):
-            raise CassetteError(
-                ErrorCode.UNSAFE_PATH, f"{what} {name} is {_kind_of(seen.st_mode)}", path=name
-            )
+        _a_real_directory(path, name, what)
     try:
         fd = os.open(path, _DIR_FLAGS if not follow else _DIR_FLAGS & ~os.O_NOFOLLOW)
     except OSError as exc:

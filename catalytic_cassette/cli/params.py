@@ -12,6 +12,8 @@ import click
 from .boundary import EXIT_USAGE, Refusal
 
 if TYPE_CHECKING:  # generic in the click this is checked with; plain classes at run time
+    from ..errors import CassetteError
+
     _ParamType = click.ParamType[Any, Any]
     _Choice = click.Choice[str]
 else:
@@ -54,8 +56,7 @@ class InputFile(_ParamType):
                     follow_link=self.follow_link,
                 )
         except CassetteError as error:
-            option = _option_name(param)
-            raise Refusal(error.code.value, f"{option}{error.message}", EXIT_USAGE) from error
+            raise _usage(error, param) from error
         return text
 
     def shell_complete(
@@ -92,8 +93,7 @@ class InputDirectory(_ParamType):
                     ErrorCode.CANNOT_OPEN, f"{self.what} {text} may not be written", path=text
                 )
         except CassetteError as error:
-            option = _option_name(param)
-            raise Refusal(error.code.value, f"{option}{error.message}", EXIT_USAGE) from error
+            raise _usage(error, param) from error
         return text
 
     def shell_complete(
@@ -113,6 +113,11 @@ class InputLedger(InputFile):
         if text.startswith(("postgresql://", "postgres://")):
             return text
         return super().convert(value, param, ctx)
+
+
+def _usage(error: CassetteError, param: click.Parameter | None) -> Refusal:
+    """A path's refusal as the usage error it is: the option named, exit 2."""
+    return Refusal(error.code.value, f"{_option_name(param)}{error.message}", EXIT_USAGE)
 
 
 def _option_name(param: click.Parameter | None) -> str:
