@@ -420,10 +420,11 @@ def _plan(cassette: MessageCassette, path: Path, clock: ManualClock) -> None:
         )
 
 
+ACTION_ID = "00000000-0000-4000-8000-00000000ffff"  # (an action's key is its action_id)
 ACTION = (
     "INSERT INTO cassette_actions (action_seq, action_id, plan_id, intent_id, action_type,"
     " function_name, arguments_json, result_json, success, cost_micros, duration_ms,"
-    " timestamp, metadata_json) VALUES (NULL, '00000000-0000-4000-8000-00000000ffff', {plan},"
+    f" timestamp, metadata_json) VALUES (NULL, '{ACTION_ID}', {{plan}},"
     " 'i', {kind}, 'f', '[]', NULL, 1, 0, 0, {now}, '{{}}')"
 )
 
@@ -532,13 +533,13 @@ WIDER = {
     "action-after-its-plan-finished": (
         "cassette_actions",
         ACTION.replace("{plan}", "'p'").replace("{kind}", "'PlanStepStarted'"),
-        3,
+        ACTION_ID,
         "PLAN_FINISHED",
     ),
     "plan-action-before-its-plan-started": (
         "cassette_actions",
         ACTION.replace("{plan}", "'q'").replace("{kind}", "'PlanPaused'"),
-        3,
+        ACTION_ID,
         "PLAN_NOT_STARTED",
     ),
     "attestation-of-a-claim-of-a-leased-step": (

@@ -32,6 +32,7 @@ from .chain import TreeWalk, check_chain
 from .consistency import check_checkpoint_ids, check_consistency, check_dense_ids
 from .findings import MAX_FINDINGS_PER_KIND, Collector, Finding, FindingKind, VerifyReport
 from .history import check_history
+from .inserts import check_inserts
 from .options import Level, VerifyOptions
 from .schema import check_schema, looks_like_a_ledger, recorded_version
 from .seals import UNANCHORED_NOTE, check_recorded_seals, judge_anchors, recorded_seals
@@ -333,6 +334,7 @@ class _SqlChecks:
                 check_time(
                     conn, self.time, self.now_ms, options.clock_skew_ms, options.max_time_jump_ms
                 )
+            check_inserts(conn, self.lawful, self.time, options.run_id)
             check_consistency(conn, self.rows, options.run_id, self.now_ms)
             check_checkpoint_ids(conn, self.rows)
             check_dense_ids(conn, self.rows)
