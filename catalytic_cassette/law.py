@@ -378,14 +378,15 @@ def _readable_rules() -> list[InsertRule]:
                     f"({READABLE_PREFILTER.format(c=c)}) AND {UNREADABLE.format(c=c)}",
                 )
             )
-        # (verify's own gate before the guards' prefilter, for speed over whole tables: a
-        # digit followed by e/E needs an e/E, '\ud' in lower case a backslash-u or -U,
-        # 19 digits in a row or over 2048 characters a length of 19)
+        # Verify's scope: the guards' prefilter term by term, each behind a cheap gate it
+        # implies, for speed over whole tables (a digit followed by e/E needs an e/E; 19
+        # digits in a row a length of 19; '\\ud' in lower case a backslash-u or -U).
         prefilter = " OR ".join(
-            f"((instr(t.{c}, 'e') OR instr(t.{c}, 'E') OR instr(t.{c}, '\\u')"
-            f" OR instr(t.{c}, '\\U') OR length(t.{c}) >= 19)"
-            f" AND ({READABLE_PREFILTER.format(c=f't.{c}')}))"
-            for c in columns
+            f"((instr({c}, 'e') OR instr({c}, 'E')) AND {c} GLOB '*[0-9][eE]*')"
+            f" OR (length({c}) >= 19 AND {c} GLOB '*{'[0-9]' * 19}*')"
+            f" OR length({c}) > 2048"
+            f" OR ((instr({c}, '\\u') OR instr({c}, '\\U')) AND instr(lower({c}), '\\ud') > 0)"
+            for c in (f"t.{column}" for column in columns)
         )
         rules.append(InsertRule(table, tuple(cases), scope=prefilter))
     return rules

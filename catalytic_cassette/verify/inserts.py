@@ -43,10 +43,15 @@ _FIRST_ENTRIES = (
 
 
 def check_inserts(
-    conn: sqlite3.Connection, lawful: Collector, time: Collector, run_id: str | None = None
+    conn: sqlite3.Connection,
+    lawful: Collector,
+    time: Collector,
+    run_id: str | None = None,
+    broken: list[tuple[str, Any, ErrorCode, str]] | None = None,
 ) -> bool:
     """Judge every append-only table's inserts into ``lawful`` (beside the findings of the
-    walk's judge already there); True when lawful."""
+    walk's judge already there); True when lawful. ``broken``: ``broken_inserts`` of the
+    same snapshot, if already read (by another connection, during the walk)."""
     found: dict[tuple[str, Any], Finding] = {
         (f.table or "", _hashable(f.key)): f
         for f in lawful.report.findings
@@ -74,7 +79,8 @@ def check_inserts(
         code = _TIME_RULES.get(finding.kind)
         if code is not None and finding.table is not None:
             report(finding.seq, finding.table, finding.key, code, finding.detail)
-    broken = broken_inserts(conn, run_id)
+    if broken is None:
+        broken = broken_inserts(conn, run_id)
     first = _first_entries(conn, {(table, key) for table, key, _, _ in broken})
     for table, key, code, text in broken:
         report(first.get((table, key)), table, key, code, text)
