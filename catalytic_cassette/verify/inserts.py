@@ -135,10 +135,17 @@ def broken_inserts(
 
 
 def _first_entries(conn: sqlite3.Connection, rows: set[tuple[str, Any]]) -> dict[Any, int]:
+    """(table, key) -> the seq of its first entry. A key is looked up as it is and as its
+    text: a PostgreSQL mirror's journal stores an integer key's decimal digits."""
     if not rows:
         return {}
-    wanted = orjson.dumps(sorted(rows, key=repr)).decode()
-    return {(t, k): int(seq) for t, k, seq in conn.execute(_FIRST_ENTRIES, (wanted,))}
+    forms = {(t, f) for t, k in rows for f in (k, str(k))}
+    wanted = orjson.dumps(sorted(forms, key=repr)).decode()
+    first: dict[Any, int] = {}
+    for t, k, seq in conn.execute(_FIRST_ENTRIES, (wanted,)):
+        at = (t, str(k))
+        first[at] = min(int(seq), first.get(at, int(seq)))
+    return {(t, k): first[(t, str(k))] for t, k in rows if (t, str(k)) in first}
 
 
 def _hashable(key: Any) -> Any:
