@@ -244,8 +244,8 @@ class _SqlChecks:
         # once its walk is done; the walk's body comparisons queue behind the tables, so
         # the threads stay busy until the end and finish together.
         self._tables = tables
-        self._work: collections.deque[str | RowsCheck | _Artifacts | _Inserts] = (
-            collections.deque(tables)
+        self._work: collections.deque[str | RowsCheck | _Artifacts | _Inserts] = collections.deque(
+            tables
         )
         # The artifact files are checked by whoever is free too (they count only if the
         # pages and indexes are intact, and come after the rows' findings).
