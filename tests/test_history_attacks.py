@@ -559,6 +559,38 @@ WIDER = {
         2,
         "RUN_MISMATCH",
     ),
+    "job-of-no-message": (
+        "cassette_jobs",
+        "INSERT INTO cassette_jobs (job_id, message_id, run_id, intent, ordinal, created_at)"
+        " VALUES (2, 9, 'r', 'i', 0, {now})",
+        2,
+        "REFERENCE_MISSING",
+    ),
+    "step-of-another-message-than-its-job": (
+        "cassette_steps",
+        "INSERT INTO cassette_steps (step_id, job_id, run_id, message_id, job_ordinal, ordinal,"
+        " status, fencing_token, payload_json, created_at)"
+        " VALUES (3, 1, 'r', 7, 0, 2, 'PENDING', 0, '{{}}', {now})",
+        3,
+        "REFERENCE_MISMATCH",
+    ),
+    "action-with-a-lone-surrogate": (
+        "cassette_actions",
+        ACTION.replace("{plan}", "'z'")
+        .replace("{kind}", "'CapabilityCall'")
+        .replace("'[]'", "'[\"\\ud800\"]'"),
+        ACTION_ID,
+        "INVALID_PAYLOAD",
+    ),
+    "action-caused-by-no-earlier-action": (
+        "cassette_actions",
+        ACTION.replace("{plan}", "'z'")
+        .replace("{kind}", "'CapabilityCall'")
+        .replace("metadata_json)", "metadata_json, caused_by)")
+        .replace("'{{}}')", "'{{}}', '00000000-0000-4000-8000-00000000eeee')"),
+        ACTION_ID,
+        "REFERENCE_MISSING",
+    ),
     "attestation-for-another-worker": (
         "cassette_attestations",
         "INSERT INTO cassette_attestations (attestation_id, act, run_id, message_id, step_id,"
