@@ -11,6 +11,11 @@ red test.
 
 A verdict is ``None`` (lawful) or ``(code, text)``: the ``ErrorCode`` the write path
 raises and what broke.
+
+The inserts of the append-only tables (dense ids, readable JSON, references, the plan
+lifecycle) are here too, as SQL conditions on a row and the rows of lower id
+(``INSERT_RULES``, ``DENSE``), which ``verify/inserts.py`` runs over the final tables;
+``tests/test_law_inserts.py`` holds them equal to the guards.
 """
 
 from __future__ import annotations
