@@ -11,6 +11,11 @@ red test.
 
 A verdict is ``None`` (lawful) or ``(code, text)``: the ``ErrorCode`` the write path
 raises and what broke.
+
+The inserts of the append-only tables (dense ids, readable JSON, references, the plan
+lifecycle) are here too, as SQL conditions on a row and the rows of lower id
+(``INSERT_RULES``, ``DENSE``), which ``verify/inserts.py`` runs over the final tables;
+``tests/test_law_inserts.py`` holds them equal to the guards.
 """
 
 from __future__ import annotations
@@ -277,3 +282,282 @@ def signed_end(step: Row, acts: list[Attested], ending: str, *, aborted: bool = 
         ErrorCode.SIGNATURE_REQUIRED,
         f"a lease claimed signed by {owner!r} ends by an unattested {ending}",
     )
+
+
+# -- inserts of the append-only tables, judged over the final tables
+#
+# Append-only rows never change and the tables equal the journal's last image of each
+# row (the state check), so a rule that compares a row only with rows of lower id holds
+# of the final tables exactly when it held at each insert: it is judged by SQL over them
+# (``verify/inserts.py``), each broken row mapped to its insert's journal seq.
+
+# Readable JSON (LAW section 3 rule 12), as the SQL guards write it for each JSON column
+# (``{c}``: the column): only text that could hold a number beyond a 64-bit integer or a
+# finite double, a nesting beyond 1024 or a lone surrogate pays for the full check.
+# ``tests/test_law.py`` finds both texts in the guards for every column in JSON_COLUMNS.
+READABLE_PREFILTER: Final = (
+    "{c} GLOB '*[0-9][eE]*' OR {c} GLOB '*" + "[0-9]" * 19 + "*'"
+    " OR length({c}) > 2048 OR instr(lower({c}), '\\ud') > 0"
+)
+UNREADABLE: Final = (
+    "json_valid({c}) AND ("
+    " (length({c}) > 2048"
+    " AND NOT json_valid('[' || replace(hex(zeroblob(975)), '00', '[') || {c}"
+    " || replace(hex(zeroblob(975)), '00', ']') || ']'))"
+    " OR EXISTS ("
+    " SELECT 1 FROM json_tree({c})"
+    " WHERE (type = 'real' AND abs(atom) > 1.7976931348623157e308)"
+    " OR (type = 'integer' AND typeof(atom) IS NOT 'integer')"
+    " OR (instr(lower({c}), '\\ud') > 0 AND ("
+    " (type = 'text' AND (atom GLOB '*[' || char(55296) || '-' || char(57343) || ']*'))"
+    " OR (typeof(key) = 'text' AND (key GLOB '*[' || char(55296) || '-' || char(57343)"
+    " || ']*'))))))"
+)
+JSON_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
+    "cassette_messages": ("payload_json",),
+    "cassette_steps": ("payload_json",),
+    "cassette_receipts": ("receipt_json",),
+    "cassette_checkpoints": ("context_json",),
+    "cassette_actions": (
+        "arguments_json",
+        "result_json",
+        "metadata_json",
+        "arguments_artifact",
+        "result_artifact",
+    ),
+}
+# Tables judged here whose ids are dense, in journal order: (table, id column). (Steps,
+# receipts, releases and attestations are judged entry by entry in ``verify/history.py``.)
+DENSE: Final = (
+    ("cassette_messages", "message_id"),
+    ("cassette_jobs", "job_id"),
+    ("cassette_actions", "action_seq"),
+    ("cassette_checkpoints", "checkpoint_seq"),
+)
+LIFECYCLE: Final = ("PlanStarted", "PlanPaused", "PlanResumed", "PlanCompleted", "PlanAborted")
+STEP_EVENTS: Final = ("PlanStepCompleted", "PlanStepFailed", "PlanStepRetrying")
+RUNNING_ONLY: Final = ("PlanPaused", "PlanCompleted", "PlanStepStarted", *STEP_EVENTS)
+
+
+def _sql_list(values: tuple[str, ...]) -> str:
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+# The latest lifecycle action of t's plan before t.
+_LAST_LIFECYCLE = (
+    "(SELECT l.action_type FROM main.cassette_actions AS l"
+    " WHERE l.plan_id = t.plan_id AND l.action_seq < t.action_seq"
+    f" AND l.action_type IN {_sql_list(LIFECYCLE)} ORDER BY l.action_seq DESC LIMIT 1)"
+)
+
+
+class InsertRule:
+    """Rules of an append-only table's insert, judged in one query: the rows of ``table``
+    (alias ``t``, joined with ``join``, narrowed by ``scope``) for which a case's
+    condition holds break the first such case's rule. Each condition reads ``t`` and rows
+    of lower id only."""
+
+    __slots__ = ("cases", "join", "scope", "table")
+
+    def __init__(
+        self,
+        table: str,
+        cases: tuple[tuple[ErrorCode, str, str], ...],
+        *,
+        join: str = "",
+        scope: str = "",
+    ) -> None:
+        self.table, self.cases, self.join, self.scope = table, cases, join, scope
+
+
+def _readable_rules() -> list[InsertRule]:
+    rules = []
+    for table, columns in JSON_COLUMNS.items():
+        cases = []
+        for column in columns:
+            c = f"t.{column}"
+            cases.append(
+                (
+                    ErrorCode.INVALID_PAYLOAD,
+                    f"{column} is JSON the API cannot read back",
+                    f"({READABLE_PREFILTER.format(c=c)}) AND {UNREADABLE.format(c=c)}",
+                )
+            )
+        # Verify's scope: the guards' prefilter term by term, each behind a cheap gate it
+        # implies, for speed over whole tables (a digit followed by e/E needs an e/E; 19
+        # digits in a row a length of 19; '\\ud' in lower case a backslash-u or -U).
+        prefilter = " OR ".join(
+            f"((instr({c}, 'e') OR instr({c}, 'E')) AND {c} GLOB '*[0-9][eE]*')"
+            f" OR (length({c}) >= 19 AND ({_NINETEEN_DIGITS.format(c=c)}))"
+            f" OR length({c}) > 2048"
+            f" OR ((instr({c}, '\\u') OR instr({c}, '\\U')) AND instr(lower({c}), '\\ud') > 0)"
+            for c in (f"t.{column}" for column in columns)
+        )
+        if table == "cassette_actions":  # (one scan of the table for both)
+            cases.insert(0, _CHECKPOINT_NAMED)  # (the guards refuse it first)
+            prefilter += f" OR ({_CHECKPOINT_SCOPE})"
+        rules.append(InsertRule(table, tuple(cases), scope=prefilter))
+    return rules
+
+
+# 19 digits in a row, as ten patterns that each begin with a literal (SQLite skips to its
+# occurrences; a pattern beginning with a class is tried at every character).
+_NINETEEN_DIGITS = " OR ".join(f"{{c}} GLOB '*{d}{'[0-9]' * 18}*'" for d in "0123456789")
+_CHECKPOINT_NAMED = (
+    ErrorCode.REFERENCE_MISSING,
+    "metadata.checkpoint_id names no checkpoint of this plan",
+    "instr(t.metadata_json, 'checkpoint_id') > 0 AND json_valid(t.metadata_json)"
+    " AND json_extract(t.metadata_json, '$.checkpoint_id') IS NOT NULL"
+    " AND NOT EXISTS (SELECT 1 FROM main.cassette_checkpoints AS k"
+    " WHERE k.checkpoint_id = json_extract(t.metadata_json, '$.checkpoint_id')"
+    " AND k.plan_id = t.plan_id)",
+)
+_CHECKPOINT_SCOPE = "instr(t.metadata_json, 'checkpoint_id') > 0"
+
+
+INSERT_RULES: Final[tuple[InsertRule, ...]] = (
+    *_readable_rules(),
+    InsertRule(
+        "cassette_jobs",
+        (
+            (ErrorCode.REFERENCE_MISSING, "the job's message does not exist", "m.rowid IS NULL"),
+            (
+                ErrorCode.RUN_MISMATCH,
+                "a job's run_id must equal its message's run_id",
+                "t.run_id IS NOT m.run_id",
+            ),
+        ),
+        join="LEFT JOIN main.cassette_messages AS m ON m.message_id = t.message_id",
+    ),
+    InsertRule(
+        "cassette_steps",
+        (
+            (ErrorCode.REFERENCE_MISSING, "the step's job does not exist", "j.rowid IS NULL"),
+            (
+                ErrorCode.RUN_MISMATCH,
+                "a step's run_id must equal its job's run_id",
+                "t.run_id IS NOT j.run_id",
+            ),
+            (
+                ErrorCode.REFERENCE_MISMATCH,
+                "a step's message_id and job_ordinal must equal its job's",
+                "t.message_id IS NOT j.message_id OR t.job_ordinal IS NOT j.ordinal",
+            ),
+        ),
+        join="LEFT JOIN main.cassette_jobs AS j ON j.job_id = t.job_id",
+    ),
+    InsertRule(
+        "cassette_actions",
+        (
+            (
+                ErrorCode.REFERENCE_MISSING,
+                "the parent action does not exist before it",
+                "p.action_seq IS NULL OR p.action_seq > t.action_seq",
+            ),
+        ),
+        join="LEFT JOIN main.cassette_actions AS p ON p.action_id = t.parent_action_id",
+        scope="t.parent_action_id IS NOT NULL",
+    ),
+    # The causes (LAW section 6c), read through the covering indexes by_parent and by_cause
+    # (an id's unique index holds its action_seq). A cause dated after its effect
+    # (CAUSE_AFTER_EFFECT) needs a date before the ledger's time, once the cause is an
+    # earlier action: the time check's TIME_BACKWARDS at the effect names it.
+    InsertRule(
+        "cassette_actions",
+        (
+            (
+                ErrorCode.REFERENCE_MISSING,
+                "the parent action does not exist before it",
+                "NOT EXISTS (SELECT 1 FROM main.cassette_actions AS p"
+                " WHERE p.action_id = t.parent_action_id AND p.action_seq < t.action_seq)",
+            ),
+        ),
+        scope="t.parent_action_id IS NOT NULL",
+    ),
+    InsertRule(
+        "cassette_actions",
+        (
+            (
+                ErrorCode.REFERENCE_MISSING,
+                "the cause (caused_by) does not exist before it",
+                "NOT EXISTS (SELECT 1 FROM main.cassette_actions AS c"
+                " WHERE c.action_id = t.caused_by AND c.action_seq < t.action_seq)",
+            ),
+        ),
+        scope="t.caused_by IS NOT NULL",
+    ),
+    # The plan lifecycle (LAW section 6a), as cassette_actions_plan_finished and
+    # cassette_actions_lifecycle_guard refuse it: read from the plans that finished, and
+    # from the lifecycle and step actions.
+    InsertRule(
+        "cassette_actions",
+        ((ErrorCode.PLAN_FINISHED, "the plan has completed or aborted", "1"),),
+        join="JOIN main.cassette_actions AS f ON f.plan_id = t.plan_id"
+        " AND f.action_seq < t.action_seq",
+        scope="f.action_type IN ('PlanCompleted', 'PlanAborted')",
+    ),
+    InsertRule(
+        "cassette_actions",
+        (
+            (
+                ErrorCode.PLAN_ALREADY_STARTED,
+                "a plan starts once",
+                f"t.action_type = 'PlanStarted' AND {_LAST_LIFECYCLE} IS NOT NULL",
+            ),
+            (
+                ErrorCode.PLAN_NOT_STARTED,
+                "the first lifecycle action of a plan is PlanStarted",
+                f"t.action_type IS NOT 'PlanStarted' AND {_LAST_LIFECYCLE} IS NULL",
+            ),
+            (
+                ErrorCode.PLAN_NOT_PAUSED,
+                "PlanResumed only while the plan is paused",
+                f"t.action_type = 'PlanResumed' AND {_LAST_LIFECYCLE} IS NOT 'PlanPaused'",
+            ),
+            (
+                ErrorCode.PLAN_NOT_RUNNING,
+                "the plan is paused",
+                f"t.action_type IN {_sql_list(RUNNING_ONLY)} AND {_LAST_LIFECYCLE} = 'PlanPaused'",
+            ),
+            (
+                ErrorCode.STEP_NOT_STARTED,
+                "a step event's parent is the PlanStepStarted of its step in this plan",
+                f"t.action_type IN {_sql_list(STEP_EVENTS)} AND NOT EXISTS (SELECT 1"
+                " FROM main.cassette_actions AS s WHERE s.action_id = t.parent_action_id"
+                " AND s.action_type = 'PlanStepStarted' AND s.plan_id = t.plan_id"
+                " AND s.action_seq < t.action_seq)",
+            ),
+            (
+                ErrorCode.STEP_FINISHED,
+                "the step has already completed or failed",
+                f"t.action_type IN {_sql_list(STEP_EVENTS)} AND EXISTS (SELECT 1"
+                " FROM main.cassette_actions AS e"
+                " WHERE e.parent_action_id = t.parent_action_id"
+                " AND e.action_seq < t.action_seq"
+                " AND e.action_type IN ('PlanStepCompleted', 'PlanStepFailed'))",
+            ),
+            (
+                ErrorCode.RETRIES_EXHAUSTED,
+                "the step declared fewer retries (metadata retries.max)",
+                "t.action_type = 'PlanStepRetrying' AND (SELECT count(*)"
+                " FROM main.cassette_actions AS e"
+                " WHERE e.parent_action_id = t.parent_action_id"
+                " AND e.action_seq < t.action_seq AND e.action_type = 'PlanStepRetrying')"
+                " >= coalesce((SELECT json_extract(s.metadata_json, '$.retries.max')"
+                " FROM main.cassette_actions AS s WHERE s.action_id = t.parent_action_id), 0)",
+            ),
+            (
+                ErrorCode.INVALID_POLICY,
+                "retries.max and timeout_ms are non-negative integers",
+                "t.action_type = 'PlanStepStarted' AND json_valid(t.metadata_json)"
+                " AND ((json_type(t.metadata_json, '$.retries') IS NOT NULL"
+                " AND (json_type(t.metadata_json, '$.retries.max') IS NOT 'integer'"
+                " OR json_extract(t.metadata_json, '$.retries.max') < 0))"
+                " OR (json_type(t.metadata_json, '$.timeout_ms') IS NOT NULL"
+                " AND (json_type(t.metadata_json, '$.timeout_ms') IS NOT 'integer'"
+                " OR json_extract(t.metadata_json, '$.timeout_ms') < 0)))",
+            ),
+        ),
+        scope=f"t.action_type IN {_sql_list((*LIFECYCLE, 'PlanStepStarted', *STEP_EVENTS))}",
+    ),
+)

@@ -36,6 +36,8 @@ def _nothing(*_args, **_kwargs):
 for _name in ("entry", "body", "dated", "finish"):
     setattr(history.HistoryJudge, _name, _nothing)
 history.check_history = lambda *_args, **_kwargs: True
+from catalytic_cassette.verify import inserts, run
+inserts.broken_inserts = run.broken_inserts = lambda *_args, **_kwargs: []
 """
 
 CHILD_VERIFY = """

@@ -32,7 +32,9 @@ CHILD_VERIFY_NO_JUDGE = CHILD_VERIFY.replace(
     "from catalytic_cassette.verify import Level, verify_path, history\n"
     "for _name in ('entry', 'body', 'dated', 'finish'):\n"
     "    setattr(history.HistoryJudge, _name, lambda *_a, **_k: None)\n"
-    "history.check_history = lambda *_a, **_k: True",
+    "history.check_history = lambda *_a, **_k: True\n"
+    "from catalytic_cassette.verify import inserts, run\n"
+    "inserts.broken_inserts = run.broken_inserts = lambda *_a, **_k: []",
 )
 
 
@@ -46,6 +48,7 @@ def phases(path: str) -> list[tuple[str, float]]:
         consistency,
         findings,
         history,
+        inserts,
         run,
         state,
         stream,
@@ -106,6 +109,10 @@ def phases(path: str) -> list[tuple[str, float]]:
         (
             "for comparison: history by its own scan of the journal",
             lambda: history.check_history(conn, out, now, 300_000),
+        ),
+        (
+            "the insert rules over the final tables (on a free connection)",
+            lambda: inserts.broken_inserts(conn),
         ),
     ]
     timed = []

@@ -420,10 +420,11 @@ def _plan(cassette: MessageCassette, path: Path, clock: ManualClock) -> None:
         )
 
 
+ACTION_ID = "00000000-0000-4000-8000-00000000ffff"  # (an action's key is its action_id)
 ACTION = (
     "INSERT INTO cassette_actions (action_seq, action_id, plan_id, intent_id, action_type,"
     " function_name, arguments_json, result_json, success, cost_micros, duration_ms,"
-    " timestamp, metadata_json) VALUES (NULL, '00000000-0000-4000-8000-00000000ffff', {plan},"
+    f" timestamp, metadata_json) VALUES (NULL, '{ACTION_ID}', {{plan}},"
     " 'i', {kind}, 'f', '[]', NULL, 1, 0, 0, {now}, '{{}}')"
 )
 
@@ -532,13 +533,13 @@ WIDER = {
     "action-after-its-plan-finished": (
         "cassette_actions",
         ACTION.replace("{plan}", "'p'").replace("{kind}", "'PlanStepStarted'"),
-        3,
+        ACTION_ID,
         "PLAN_FINISHED",
     ),
     "plan-action-before-its-plan-started": (
         "cassette_actions",
         ACTION.replace("{plan}", "'q'").replace("{kind}", "'PlanPaused'"),
-        3,
+        ACTION_ID,
         "PLAN_NOT_STARTED",
     ),
     "attestation-of-a-claim-of-a-leased-step": (
@@ -557,6 +558,38 @@ WIDER = {
         " VALUES (2, 1, 'other', 'i', 1, {now})",
         2,
         "RUN_MISMATCH",
+    ),
+    "job-of-no-message": (
+        "cassette_jobs",
+        "INSERT INTO cassette_jobs (job_id, message_id, run_id, intent, ordinal, created_at)"
+        " VALUES (2, 9, 'r', 'i', 0, {now})",
+        2,
+        "REFERENCE_MISSING",
+    ),
+    "step-of-another-message-than-its-job": (
+        "cassette_steps",
+        "INSERT INTO cassette_steps (step_id, job_id, run_id, message_id, job_ordinal, ordinal,"
+        " status, fencing_token, payload_json, created_at)"
+        " VALUES (3, 1, 'r', 7, 0, 2, 'PENDING', 0, '{{}}', {now})",
+        3,
+        "REFERENCE_MISMATCH",
+    ),
+    "action-with-a-lone-surrogate": (
+        "cassette_actions",
+        ACTION.replace("{plan}", "'z'")
+        .replace("{kind}", "'CapabilityCall'")
+        .replace("'[]'", "'[\"\\ud800\"]'"),
+        ACTION_ID,
+        "INVALID_PAYLOAD",
+    ),
+    "action-caused-by-no-earlier-action": (
+        "cassette_actions",
+        ACTION.replace("{plan}", "'z'")
+        .replace("{kind}", "'CapabilityCall'")
+        .replace("metadata_json)", "metadata_json, caused_by)")
+        .replace("'{{}}')", "'{{}}', '00000000-0000-4000-8000-00000000eeee')"),
+        ACTION_ID,
+        "REFERENCE_MISSING",
     ),
     "attestation-for-another-worker": (
         "cassette_attestations",

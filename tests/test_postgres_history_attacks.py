@@ -182,3 +182,60 @@ def test_an_owner_claim_over_the_cap_is_reported_at_its_seq(
     assert not result["ok"]
     over = [(f["seq"], f["key"]) for f in result["findings"] if f["kind"] == "lease_over_cap"]
     assert over == [(seq, 1)], result["findings"]
+
+
+# ------------------------------------ inserts of the append-only tables, the owner's way
+
+OWNER_INSERTS = {
+    # name: (table, its rule trigger, forged SQL, key, code)
+    "message-with-an-integer-beyond-64-bits": (
+        "cassette_messages",
+        "cassette_messages_insert",
+        "INSERT INTO cassette_messages (message_id, run_id, source, payload_json, created_at)"
+        " VALUES (2, 'r', 'USER', '{\"n\":1180591620717411303424}', cassette_tx_ms())",
+        2,
+        "INVALID_PAYLOAD",
+    ),
+    "message-id-skips": (
+        "cassette_messages",
+        "cassette_messages_insert",
+        "INSERT INTO cassette_messages (message_id, run_id, source, payload_json, created_at)"
+        " VALUES (3, 'r', 'USER', '{}', cassette_tx_ms())",
+        3,
+        "OUT_OF_ORDER",
+    ),
+    "job-of-another-run": (
+        "cassette_jobs",
+        "cassette_jobs_insert",
+        "INSERT INTO cassette_jobs (job_id, message_id, run_id, intent, ordinal, created_at)"
+        " VALUES (2, 1, 'other', 'i', 1, cassette_tx_ms())",
+        2,
+        "RUN_MISMATCH",
+    ),
+    "job-of-no-message": (
+        "cassette_jobs",
+        "cassette_jobs_insert",
+        "INSERT INTO cassette_jobs (job_id, message_id, run_id, intent, ordinal, created_at)"
+        " VALUES (2, 9, 'r', 'i', 0, cassette_tx_ms())",
+        2,
+        "REFERENCE_MISSING",
+    ),
+}
+
+
+@needs_judge
+@pytest.mark.parametrize("attack", list(OWNER_INSERTS))
+def test_an_owner_inserting_past_a_tables_rules(
+    ledger: tuple[str, MessageCassette, ServerClock], attack: str
+) -> None:
+    """The owner turns the table's rule trigger off for one insert; the journal records
+    the row as it is. The write path, every trigger on, refuses it with ``code``."""
+    url, cassette, _ = ledger
+    table, trigger, sql, key, code = OWNER_INSERTS[attack]
+    assert write_path_code(url, sql) == code
+    seq = _seq(url)
+    with owner_transaction(url, table, trigger) as pg:
+        pg.execute(sql)
+    assert _seq(url) > seq
+    cassette.post_message({"n": 9}, "r", "USER") if table == "cassette_jobs" else None
+    assert_first_unlawful(url, table, key, seq, code, cli_too=False)

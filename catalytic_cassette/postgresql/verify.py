@@ -48,6 +48,7 @@ from ..verify.chain import TreeWalk, walk_entries
 from ..verify.consistency import check_checkpoint_ids, check_consistency, check_dense_ids
 from ..verify.findings import Collector, Finding, FindingKind, Severity, VerifyReport
 from ..verify.history import check_history
+from ..verify.inserts import check_inserts
 from ..verify.options import Level, VerifyOptions
 from ..verify.schema import check_ledger_id, meta_is_a_cassettes
 from ..verify.seals import UNANCHORED_NOTE, check_recorded_seals, judge_anchors, recorded_seals
@@ -322,6 +323,7 @@ def _check_rows(mirror: sqlite3.Connection, options: VerifyOptions, now_ms: int)
     check_state(mirror, rows, options.run_id, check_journal_columns)
     check_history(mirror, lawful, now_ms, options.clock_skew_ms, run_id=options.run_id)
     check_time(mirror, time, now_ms, options.clock_skew_ms, options.max_time_jump_ms)
+    check_inserts(mirror, lawful, time, options.run_id)
     check_consistency(mirror, rows, options.run_id, now_ms)
     check_checkpoint_ids(mirror, rows)
     check_dense_ids(mirror, rows)

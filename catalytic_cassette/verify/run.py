@@ -32,6 +32,7 @@ from .chain import TreeWalk, check_chain
 from .consistency import check_checkpoint_ids, check_consistency, check_dense_ids
 from .findings import MAX_FINDINGS_PER_KIND, Collector, Finding, FindingKind, VerifyReport
 from .history import check_history
+from .inserts import broken_inserts, check_inserts
 from .options import Level, VerifyOptions
 from .schema import check_schema, looks_like_a_ledger, recorded_version
 from .seals import UNANCHORED_NOTE, check_recorded_seals, judge_anchors, recorded_seals
@@ -243,13 +244,20 @@ class _SqlChecks:
         # once its walk is done; the walk's body comparisons queue behind the tables, so
         # the threads stay busy until the end and finish together.
         self._tables = tables
-        self._work: collections.deque[str | RowsCheck | _Artifacts] = collections.deque(tables)
+        self._work: collections.deque[str | RowsCheck | _Artifacts | _Inserts] = collections.deque(
+            tables
+        )
         # The artifact files are checked by whoever is free too (they count only if the
         # pages and indexes are intact, and come after the rows' findings).
         root = options.artifact_root
         self._artifacts = _Artifacts(root) if schema_intact and root is not None else None
         if self._artifacts is not None:
             self._work.append(self._artifacts)
+        # The insert rules over the final tables (``inserts.py``), by whoever is free
+        # first: their result is read once the walk is over.
+        self._inserts = _Inserts(options.run_id) if schema_intact else None
+        if self._inserts is not None:
+            self._work.appendleft(self._inserts)
         self._waiting = 0  # body comparisons in ``_work``
         self._walking = True
         self._cond = threading.Condition()
@@ -333,6 +341,13 @@ class _SqlChecks:
                 check_time(
                     conn, self.time, self.now_ms, options.clock_skew_ms, options.max_time_jump_ms
                 )
+            broken = None
+            if self._inserts is not None:
+                self._inserts.done.wait()  # (taken by now: the walk's thread drains the work)
+                if self._inserts.error is not None:
+                    raise self._inserts.error
+                broken = self._inserts.broken
+            check_inserts(conn, self.lawful, self.time, options.run_id, broken)
             check_consistency(conn, self.rows, options.run_id, self.now_ms)
             check_checkpoint_ids(conn, self.rows)
             check_dense_ids(conn, self.rows)
@@ -358,6 +373,24 @@ class _SqlChecks:
         elif "rows" in self.errors:
             raise self.errors["rows"]
         self.rows.merge(self.lawful, self.time)
+
+
+class _Inserts:
+    """The insert rules as a piece of work: the broken rows, or what the check raised."""
+
+    def __init__(self, run_id: str | None) -> None:
+        self.run_id = run_id
+        self.broken: list[tuple[str, Any, ErrorCode, str]] | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        try:
+            self.broken = broken_inserts(conn, self.run_id)
+        except BaseException as exc:  # re-raised where the rows are checked
+            self.error = exc
+        finally:
+            self.done.set()
 
 
 class _Artifacts:
