@@ -52,12 +52,18 @@ def imported_top_level_modules(package: Path, *, only: str | None = None) -> set
     return found
 
 
+# The standard library's private SHA-256 modules: each Python has one of them
+# (hashing.py), so the running one's sys.stdlib_module_names lacks the other.
+STDLIB_OF_OTHER_PYTHONS = frozenset({"_sha2", "_sha256"})
+
+
 def third_party(modules: set[str]) -> set[str]:
     own = {PACKAGE.name}
+    stdlib = sys.stdlib_module_names | STDLIB_OF_OTHER_PYTHONS
     return {
         DISTRIBUTION_OF.get(m, m)
         for m in modules
-        if m not in sys.stdlib_module_names and m not in own and m != "__future__"
+        if m not in stdlib and m not in own and m != "__future__"
     }
 
 
