@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import payloads
 from .connection import DEFAULT_BUSY_TIMEOUT_MS
 from .errors import CassetteError, ErrorCode, translate
+from .law import OUTCOMES, STATUSES
 from .lease_limits import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS
 from .ledger import LedgerFile
 
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
     from .worker_keys import PinnedKey, WorkerKey  # (imported by the signed acts only)
 
 SOURCES = ("USER", "PLANNER", "SYSTEM", "WORKER")
-OUTCOMES = ("SUCCESS", "FAILURE", "ABORTED")
-STATUSES = ("PENDING", "LEASED", "COMMITTED")
 
 # A claim reads the next PENDING step, then leases it by its id: under the write lock
 # (BEGIN IMMEDIATE) nothing can come between the two, and the lease gets the token read

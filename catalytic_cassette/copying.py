@@ -25,11 +25,9 @@ import orjson
 
 from .errors import CassetteError, ErrorCode
 from .hashing import ZERO_HASH, chain_hash, leaf_hash
+from .law import LEASE_CAP_MS
 from .postgresql import is_postgres_url
 from .redaction import shown
-
-# The most a claim can last (LAW.md, leases): a lease granted at t expires by t + this.
-_MAX_LEASE_MS = 2_592_000_000
 
 
 class Entry(NamedTuple):
@@ -222,7 +220,7 @@ def _step_update_time(writer: Destination, row: dict[str, Any]) -> int:
     which is never after the original (a lease expires at most 30 days after it was
     granted; an expired lease is requeued after it expired)."""
     if row["status"] == "LEASED":
-        return int(row["lease_expires_at"]) - _MAX_LEASE_MS
+        return int(row["lease_expires_at"]) - LEASE_CAP_MS
     expiry = writer.lease_expiry(int(row["step_id"]))
     released = row["status"] == "PENDING"
     return int(expiry) if released and expiry is not None else 0

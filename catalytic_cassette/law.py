@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any, Final, TypeGuard
 
 from .errors import ErrorCode
+from .lease_limits import MAX_TTL_SECONDS
 
 Verdict = tuple[ErrorCode, str] | None
 Row = Mapping[str, Any]
@@ -53,7 +54,7 @@ IMMUTABLE_COLUMNS: Final = (
 )
 LEASE_FIELDS: Final = ("lease_owner", "lease_expires_at", "fencing_token")
 NAME_CHARS: Final = (1, 200)  # worker ids and lease owners
-LEASE_CAP_MS: Final = 30 * 86_400_000
+LEASE_CAP_MS: Final = MAX_TTL_SECONDS * 1000
 
 
 def _is_int(value: object) -> TypeGuard[int]:

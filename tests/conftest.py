@@ -153,12 +153,15 @@ def file_digest(path: Path) -> str:
 
 
 @contextmanager
-def unguarded(path: Path) -> Iterator[sqlite3.Connection]:
-    """A raw connection with every trigger dropped; they are put back on exit, in their
-    original order (SQLite fires the newest BEFORE trigger of an event first)."""
+def unguarded(path: Path, table: str | None = None) -> Iterator[sqlite3.Connection]:
+    """A raw connection with every trigger (of ``table``, if named) dropped; they are put
+    back on exit, in their original order (SQLite fires the newest BEFORE trigger of an
+    event first)."""
     conn = sqlite3.connect(path, isolation_level=None)
     triggers = conn.execute(
-        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY rowid"
+        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
+        " AND (? IS NULL OR tbl_name = ?) ORDER BY rowid",
+        (table, table),
     ).fetchall()
     for name, _ in triggers:
         conn.execute(f"DROP TRIGGER {name}")

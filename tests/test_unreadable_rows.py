@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.cli import cli
 
 from .backends import Ledger
-from .conftest import action_dict, tampering
+from .conftest import action_dict, tampering, unguarded
 from .test_cli_edges import READ_COMMANDS, _fill
 
 pytestmark = pytest.mark.both_backends
@@ -91,31 +89,12 @@ def ledger(backend: Ledger, tmp_path: Path) -> dict[str, Any]:
     }
 
 
-@contextmanager
-def _unguarded_table(path: Path, table: str) -> Iterator[sqlite3.Connection]:
-    """A raw connection with ``table``'s triggers dropped, put back on exit."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    triggers = conn.execute(
-        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?"
-        " ORDER BY rowid",
-        (table,),
-    ).fetchall()
-    for name, _ in triggers:
-        conn.execute(f"DROP TRIGGER {name}")
-    try:
-        yield conn
-    finally:
-        for _, sql in triggers:
-            conn.execute(sql)
-        conn.close()
-
-
 def _sqlite_store(path: Path, update: str) -> None:
     """Run ``update`` on the file as its owner can: guards dropped, CHECKs ignored, and
     the table's schema text loosened through writable_schema for the write (its stored
     generated columns and JSON-expression indexes would evaluate the text), then put back."""
     table = re.search(r"UPDATE (\w+)", update).group(1)  # type: ignore[union-attr]
-    with _unguarded_table(path, table) as conn:
+    with unguarded(path, table) as conn:
         for (index,) in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
             " AND sql LIKE '%json_extract%'",
@@ -129,7 +108,7 @@ def _sqlite_store(path: Path, update: str) -> None:
         conn.execute("PRAGMA writable_schema = ON")
         conn.execute("UPDATE sqlite_master SET sql = ? WHERE name = ?", (loose, table))
         conn.execute("PRAGMA writable_schema = OFF")
-    with _unguarded_table(path, table) as conn:  # a new connection reads the loosened schema
+    with unguarded(path, table) as conn:  # a new connection reads the loosened schema
         conn.execute("PRAGMA ignore_check_constraints = ON")
         conn.execute(update)
         conn.execute("PRAGMA writable_schema = ON")

@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import payloads
 from ..cassette import (
-    OUTCOMES,
-    STATUSES,
     MessageCassette,
     _Completion,
     _indexed,
@@ -32,6 +30,7 @@ from ..cassette import (
 from ..clock import Clock
 from ..connection import DEFAULT_BUSY_TIMEOUT_MS
 from ..errors import CassetteError, ErrorCode
+from ..law import OUTCOMES, STATUSES
 from ..lease_limits import DEFAULT_TTL_SECONDS
 from ..worker_keys import sha256_text, sign_act
 from . import connection

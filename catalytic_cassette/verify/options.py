@@ -8,6 +8,8 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..lease_limits import MAX_TTL_SECONDS
+
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
 Progress = Callable[[int], None]
 
 DAY_MS = 86_400_000
-LEASE_CAP_MS = 30 * DAY_MS  # the cap the package's clock guard enforces (schema/connection.sql)
+LEASE_CAP_MS = MAX_TTL_SECONDS * 1000  # the cap the package's clock guard enforces
 
 
 class Level(str, Enum):
