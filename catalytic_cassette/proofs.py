@@ -51,13 +51,9 @@ class ProofSource(Protocol):
 
     def snapshot(self) -> AbstractContextManager[object]: ...
 
-    def covering_seal(self, seq: int) -> bytes | None: ...
-
     def entry_body(self, seq: int) -> bytes | None: ...
 
     def receipt_seq(self, receipt_id: int) -> int | None: ...
-
-    def newest_seal(self) -> bytes | None: ...
 
     def seal_notes(self, seq: int) -> Iterator[bytes]:
         """The notes of the recorded seals that cover entry ``seq`` (every seal for -1),
@@ -79,13 +75,6 @@ class SqliteProofSource:
     def snapshot(self) -> AbstractContextManager[object]:
         return read_transaction(self.conn)
 
-    def covering_seal(self, seq: int) -> bytes | None:
-        row = self.conn.execute(
-            "SELECT note FROM cassette_seals WHERE tree_size > ? ORDER BY seal_id DESC LIMIT 1",
-            (seq,),
-        ).fetchone()
-        return None if row is None else str(row[0]).encode("utf-8")
-
     def entry_body(self, seq: int) -> bytes | None:
         row = self.conn.execute(
             "SELECT body FROM cassette_journal WHERE seq = ?", (seq,)
@@ -99,16 +88,10 @@ class SqliteProofSource:
         ).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
-    def newest_seal(self) -> bytes | None:
-        row = self.conn.execute(
-            "SELECT note FROM cassette_seals ORDER BY seal_id DESC LIMIT 1"
-        ).fetchone()
-        return None if row is None else str(row[0]).encode("utf-8")
-
     def seal_notes(self, seq: int) -> Iterator[bytes]:
         for (note,) in self.conn.execute(
             "SELECT note FROM cassette_seals WHERE tree_size > ? ORDER BY seal_id DESC", (seq,)
-        ):
+        ).fetchall():  # (all read here: no statement left open in the snapshot)
             yield str(note).encode("utf-8")
 
     def action_entries(self, scope: str, value: str) -> list[tuple[int, str]]:
@@ -169,9 +152,8 @@ def newest_signed(notes: Iterable[bytes], signer: Signer) -> bytes | None:
 def chosen_seal(source: ProofSource, seq: int, signer: Signer | None) -> bytes | None:
     """The newest recorded seal covering entry ``seq`` (-1: any), or with ``signer`` the
     newest whose signature verifies under it."""
-    if signer is None:
-        return source.covering_seal(seq) if seq >= 0 else source.newest_seal()
-    return newest_signed(source.seal_notes(seq), signer)
+    notes = source.seal_notes(seq)
+    return next(notes, None) if signer is None else newest_signed(notes, signer)
 
 
 def inclusion_proof(

@@ -162,10 +162,6 @@ class PgProofSource:
     def snapshot(self) -> AbstractContextManager[object]:
         return connection.snapshot(self.conn)
 
-    def covering_seal(self, seq: int) -> bytes | None:
-        row = self.conn.execute(query("covering_seal"), {"seq": seq}).fetchone()
-        return None if row is None else str(row[0]).encode("utf-8")
-
     def entry_body(self, seq: int) -> bytes | None:
         row = self.conn.execute(query("entry_body"), {"seq": seq}).fetchone()
         return None if row is None else str(row[0]).encode("utf-8")
@@ -173,10 +169,6 @@ class PgProofSource:
     def receipt_seq(self, receipt_id: int) -> int | None:
         row = self.conn.execute(query("receipt_seq"), {"receipt_id": str(receipt_id)}).fetchone()
         return None if row is None or row[0] is None else int(row[0])
-
-    def newest_seal(self) -> bytes | None:
-        row = self.conn.execute(query("newest_seal")).fetchone()
-        return None if row is None else str(row[0]).encode("utf-8")
 
     def seal_notes(self, seq: int) -> Iterator[bytes]:
         for (note,) in self.conn.execute(query("seal_notes"), {"seq": seq}).fetchall():

@@ -156,9 +156,6 @@ SELECT body FROM cassette_journal WHERE seq = %(seq)s;
 SELECT min(seq) FROM cassette_journal
  WHERE tbl = 'cassette_receipts' AND row_key = %(receipt_id)s;
 
--- name: covering_seal
-SELECT note FROM cassette_seals WHERE tree_size > %(seq)s ORDER BY seal_id DESC LIMIT 1;
-
 -- name: insert_seal
 -- The owner's (INSERT on cassette_seals); cassette_seals_insert() checks the root again.
 INSERT INTO cassette_seals (tree_size, root_hex, origin, key_id, note)
@@ -506,12 +503,9 @@ SELECT seq, body, leaf_hash, chain_hash FROM cassette_journal
 -- name: session_cause_time
 SELECT "timestamp" FROM cassette_actions WHERE action_id = %(action_id)s;
 
--- name: newest_seal
-SELECT note FROM cassette_seals ORDER BY seal_id DESC LIMIT 1;
-
 -- name: seal_notes
--- (the seals covering an entry, newest first: export and prove keep the newest whose
--- signature verifies under a pinned key)
+-- (the seals covering an entry (every seal for -1), newest first: export and prove take
+-- the first, or the newest whose signature verifies under a pinned key)
 SELECT note FROM cassette_seals WHERE tree_size > %(seq)s ORDER BY seal_id DESC;
 
 -- name: bundle_entries
