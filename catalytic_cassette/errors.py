@@ -99,6 +99,7 @@ class ErrorCode(str, Enum):
     NOT_A_CASSETTE = "NOT_A_CASSETTE"
     SCHEMA_TOO_NEW = "SCHEMA_TOO_NEW"
     SCHEMA_OUTDATED = "SCHEMA_OUTDATED"
+    SCHEMA_UNRELEASED = "SCHEMA_UNRELEASED"  # made by a development build before the 0.1.0 baseline
     MIGRATION_FAILED = "MIGRATION_FAILED"
     DATABASE_ERROR = "DATABASE_ERROR"
     USAGE = "USAGE"  # the CLI: an unknown option, conflicting flags, a bad number
