@@ -493,8 +493,10 @@ class write_transaction:  # lower case: it is used as a function, `with write_tr
         conn = self._conn
         installed = getattr(conn, "temp_schema", None)
         if installed is not None:
-            if getattr(conn, "temp_triggers_pending", None):
-                install_temp_triggers(conn, self._tables)  # (it checks the TEMP schema first)
+            pending = getattr(conn, "temp_triggers_pending", None)
+            tables = self._tables
+            if pending and (tables is None or any(table in pending for table in tables)):
+                install_temp_triggers(conn, tables)  # (it checks the TEMP schema first)
             else:
                 refuse_foreign(conn, installed)
         try:
