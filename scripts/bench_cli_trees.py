@@ -9,7 +9,7 @@ shared machine inflate less than wall time: a lever is measured as the tree befo
 against the tree after it.
 
     python scripts/bench_cli_trees.py --trees /tmp/before,/tmp/after --command claim
-    python scripts/bench_cli_trees.py --trees A,B --command --help --rounds 80
+    python scripts/bench_cli_trees.py --trees A,B --command=--help --rounds 80
 """
 
 from __future__ import annotations
