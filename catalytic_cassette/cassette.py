@@ -155,6 +155,13 @@ def _lease(row: tuple[Any, ...], expires: int, run_id: str, worker_id: str) -> d
     }
 
 
+# The tables each hot write writes (directly or through the file's triggers: a receipt
+# commits its step), for ``LedgerFile.write``: with a worker key, also the attestations.
+_POST_WRITES = ("cassette_messages", "cassette_jobs", "cassette_steps")
+_CLAIM_WRITES = ("cassette_steps",)
+_COMPLETE_WRITES = ("cassette_receipts", "cassette_steps")
+
+
 class MessageCassette(LedgerFile):
     """Messages -> jobs -> steps -> receipts in one SQLite file.
 
@@ -176,6 +183,7 @@ class MessageCassette(LedgerFile):
         auto_seal: AutoSeal | None = None,
         worker_key: WorkerKey | None = None,
         read_only: bool = False,
+        lazy_temp_triggers: bool = False,
     ) -> None:
         self.worker_key = worker_key
         super().__init__(
@@ -185,7 +193,14 @@ class MessageCassette(LedgerFile):
             busy_timeout_ms=busy_timeout_ms,
             auto_seal=auto_seal,
             read_only=read_only,
+            lazy_temp_triggers=lazy_temp_triggers,
         )
+
+    def _writes(self, tables: tuple[str, ...]) -> tuple[str, ...]:
+        """The tables a write transaction writes: ``tables``, and the attestations when
+        this cassette signs (``write``: a connection opened with lazy_temp_triggers
+        installs their TEMP triggers only)."""
+        return tables if self.worker_key is None else (*tables, "cassette_attestations")
 
     def _signing_as(self, worker_id: str) -> WorkerKey | None:
         """The worker key, refusing to act signed in another worker's name."""
@@ -222,7 +237,7 @@ class MessageCassette(LedgerFile):
             for index, item in enumerate(items)
         ]
         results: list[tuple[int, int]] = []
-        with self.write() as conn:
+        with self.write(self._writes(_POST_WRITES)) as conn:
             now = self.ledger_now(conn)
             for index, item in enumerate(prepared):
                 results.append(_indexed(index, len(prepared), self._insert_post, conn, now, *item))
@@ -348,7 +363,7 @@ class MessageCassette(LedgerFile):
         ttl = _ttl_ms(ttl_seconds)
         signer = self._signing_as(worker_id)
         leased: list[tuple[Any, ...]] = []
-        with self.write() as conn:
+        with self.write(self._writes(_CLAIM_WRITES)) as conn:
             now = self.ledger_now(conn)
             expires = now + ttl
             for _ in range(n):
@@ -405,7 +420,7 @@ class MessageCassette(LedgerFile):
             run_id, step_id, worker_id, fencing_token, receipt_payload, outcome
         )
         self._signing_as(worker_id)
-        with self.write() as conn:
+        with self.write(self._writes(_COMPLETE_WRITES)) as conn:
             return self._insert_receipt(conn, item, self.ledger_now(conn))
 
     def complete_and_claim(
@@ -435,7 +450,7 @@ class MessageCassette(LedgerFile):
         )
         signer = self._signing_as(worker_id)
         ttl = _ttl_ms(ttl_seconds)
-        with self.write() as conn:
+        with self.write(self._writes(_COMPLETE_WRITES)) as conn:
             now = self.ledger_now(conn)
             receipt_id = self._insert_receipt(conn, item, now)
             expires = now + ttl
@@ -457,7 +472,7 @@ class MessageCassette(LedgerFile):
         for index, item in enumerate(prepared):
             _indexed(index, len(prepared), self._signing_as, item[2])
         receipt_ids: list[int] = []
-        with self.write() as conn:
+        with self.write(self._writes(_COMPLETE_WRITES)) as conn:
             now = self.ledger_now(conn)
             for index, item in enumerate(prepared):
                 receipt_ids.append(

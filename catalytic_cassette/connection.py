@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
@@ -118,7 +119,10 @@ class CassetteConnection(sqlite3.Connection):
     """
 
     transaction_time: TransactionTime | None = None
-    temp_schema: TempSchema | None = None  # what connect installed: the only TEMP objects
+    temp_schema: TempSchema | None = None  # what the package installed: the only TEMP objects
+    # Opened with lazy_temp_triggers: the TEMP triggers not installed yet, by the table
+    # they are ON (``install_temp_triggers``); None once there are none left.
+    temp_triggers_pending: dict[str, list[str]] | None = None
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         try:
@@ -173,9 +177,17 @@ def connect(
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     migrate: bool = True,
     new_ledger_id: str | None = None,
+    lazy_temp_triggers: bool = False,
 ) -> sqlite3.Connection:
     """Open (creating if needed) a cassette for reading and writing. A ledger created by
-    this call takes ``new_ledger_id`` (32 hex digits) when given: a copy's, its source's."""
+    this call takes ``new_ledger_id`` (32 hex digits) when given: a copy's, its source's.
+
+    ``lazy_temp_triggers`` installs no TEMP trigger here: each write transaction installs
+    those ON the tables it names, or all that are left when it names none
+    (``install_temp_triggers``). Compiling the 15 triggers costs a one-shot command about
+    2 ms, and a claim needs 2 of them. A write to a table whose TEMP triggers are absent
+    (raw SQL on the connection) is refused by the file's own rules, JOURNAL_REQUIRED, as
+    on a connection without the package (LAW.md section 9)."""
     path = os.fspath(path)
     sync = _SYNCHRONOUS[resolve_durability(durability)]
     _check_file(path)
@@ -221,8 +233,11 @@ def connect(
         if path != ":memory:":
             _use_wal(conn, busy_timeout_ms)
             conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}").fetchall()
-        for statement in sqlfiles.connection_statements():
-            conn.execute(statement)
+        if lazy_temp_triggers and isinstance(conn, CassetteConnection):
+            conn.temp_triggers_pending = temp_triggers_by_table(sqlfiles.connection_statements())
+        else:
+            for statement in sqlfiles.connection_statements():
+                conn.execute(statement)
         conn.temp_schema = TempSchema(conn)
     except CassetteError:
         conn.close()
@@ -231,6 +246,49 @@ def connect(
         conn.close()
         raise translate(exc) from exc
     return conn
+
+
+def temp_triggers_by_table(statements: tuple[str, ...]) -> dict[str, list[str]]:
+    """The TEMP triggers' statements grouped by the table each is ON, in their order (a
+    table's triggers fire in the order they were created)."""
+    grouped: dict[str, list[str]] = {}
+    for statement in statements:
+        on = _TRIGGER_ON.search(statement)
+        if on is None:
+            raise RuntimeError(f"a connection statement on no table: {statement[:80]!r}")
+        grouped.setdefault(on.group(1), []).append(statement)
+    return grouped
+
+
+# (a statement may begin with its comment)
+_TRIGGER_ON = re.compile(r"^CREATE TEMP TRIGGER \w+ [^\n]*?\bON main\.(\w+)\b", re.MULTILINE)
+
+
+def install_temp_triggers(conn: sqlite3.Connection, tables: Iterable[str] | None) -> None:
+    """Install the pending TEMP triggers ON ``tables`` (all pending ones for None) on a
+    connection opened with ``lazy_temp_triggers``, after checking that its TEMP schema is
+    still the one the package installed; they then belong to what the check expects."""
+    installed = getattr(conn, "temp_schema", None)
+    if installed is None:
+        return  # not a package connection
+    refuse_foreign(conn, installed)
+    pending = getattr(conn, "temp_triggers_pending", None)
+    if not pending:
+        return
+    chosen = list(pending) if tables is None else [t for t in tables if t in pending]
+    if not chosen:
+        return
+    try:
+        for table in chosen:
+            for statement in pending[table]:
+                conn.execute(statement)
+            del pending[table]
+    except sqlite3.Error as exc:
+        raise translate(exc) from exc
+    finally:
+        installed.taken(conn)  # what is installed now, even after a failure half-way
+    if not pending and isinstance(conn, CassetteConnection):
+        conn.temp_triggers_pending = None
 
 
 def _name_the_new_ledger(conn: sqlite3.Connection, ledger_id: str) -> None:
@@ -412,22 +470,35 @@ class write_transaction:  # lower case: it is used as a function, `with write_tr
     """BEGIN IMMEDIATE ... COMMIT; any exception rolls back and is translated.
 
     ``after`` runs once the COMMIT returned (the automatic seal of ``LedgerFile.write``).
+    ``tables`` names the tables the transaction writes, for a connection opened with
+    ``lazy_temp_triggers`` (None: every table); other connections ignore it.
     A class rather than a ``@contextmanager`` generator: every write of the package enters
     one, and a generator's two layers cost about 2 us per transaction (docs/BENCHMARKS.md,
     "Issue 12, third pass").
     """
 
-    __slots__ = ("_after", "_conn")
+    __slots__ = ("_after", "_conn", "_tables")
 
-    def __init__(self, conn: sqlite3.Connection, after: Callable[[], object] | None = None) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        after: Callable[[], object] | None = None,
+        tables: Iterable[str] | None = None,
+    ) -> None:
         self._conn = conn
         self._after = after
+        self._tables = tables
 
     def __enter__(self) -> sqlite3.Connection:
         conn = self._conn
         installed = getattr(conn, "temp_schema", None)
         if installed is not None:
-            refuse_foreign(conn, installed)
+            pending = getattr(conn, "temp_triggers_pending", None)
+            tables = self._tables
+            if pending and (tables is None or any(table in pending for table in tables)):
+                install_temp_triggers(conn, tables)  # (it checks the TEMP schema first)
+            else:
+                refuse_foreign(conn, installed)
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:

@@ -21,7 +21,7 @@ from .migrate import current_version
 from .postgresql import is_postgres_url
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from pathlib import Path
 
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -42,6 +42,9 @@ class LedgerFile:
 
     ``read_only=True`` opens an existing, current ledger without ever writing it: a
     missing file is CANNOT_OPEN instead of a new empty ledger, and writes are refused.
+    ``lazy_temp_triggers=True`` (what a one-shot CLI command opens with) installs each
+    table's TEMP triggers at the first write transaction that names it (``connect``);
+    a PostgreSQL ledger has none and ignores it.
 
     A ``postgresql://`` URL instead of a path opens a PostgreSQL ledger: the class's
     PostgreSQL counterpart is chosen here, once (``postgresql/ledgers.py``).
@@ -66,6 +69,7 @@ class LedgerFile:
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         auto_seal: AutoSeal | None = None,
         read_only: bool = False,
+        lazy_temp_triggers: bool = False,
     ) -> None:
         self.auto_seal = None if read_only else auto_seal
         self.db_path = os.fspath(db_path) if db_path is not None else default_db_path()
@@ -82,6 +86,7 @@ class LedgerFile:
                 clock=self.clock,
                 durability=durability,
                 busy_timeout_ms=busy_timeout_ms,
+                lazy_temp_triggers=lazy_temp_triggers,
             )
 
     def now_ms(self) -> int:
@@ -136,9 +141,11 @@ class LedgerFile:
 
         snapshot_into(self.conn, path)
 
-    def write(self) -> write_transaction:
-        """One write transaction; once it commits, the automatic seal (if any) runs."""
-        return write_transaction(self.conn, None if self.auto_seal is None else self._sealed)
+    def write(self, tables: Iterable[str] | None = None) -> write_transaction:
+        """One write transaction; once it commits, the automatic seal (if any) runs.
+        ``tables``: the tables it writes, when known (``connect``'s lazy_temp_triggers)."""
+        sealed = None if self.auto_seal is None else self._sealed
+        return write_transaction(self.conn, sealed, tables)
 
     def _sealed(self) -> None:
         if self.auto_seal is not None:

@@ -6,7 +6,8 @@ changes what the package's SQL does on it: a TEMP trigger ending in ``RAISE(IGNO
 the file's triggers after it (LAW.md section 8a), a TEMP table or view named like a ledger
 table (``cassette_steps``) takes the place of the file's table in every unqualified
 statement. Each write transaction of the package therefore begins by checking that the
-connection's TEMP schema is exactly what ``connect`` installed, and refuses otherwise with
+connection's TEMP schema is exactly what the package installed (``connect``, or
+``install_temp_triggers`` on a lazy connection), and refuses otherwise with
 ``FOREIGN_TEMP_OBJECT`` (nothing written).
 
 The check is one ``PRAGMA temp.schema_version`` read: SQLite increments that cookie on
@@ -36,6 +37,12 @@ class TempSchema:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._cursor = sqlite3.Cursor(conn)
+        self.objects = _objects(conn)
+        self.version = self.cookie()
+
+    def taken(self, conn: sqlite3.Connection) -> None:
+        """Take what the TEMP schema holds now as installed: the package has just added
+        to it (``connection.install_temp_triggers``), after checking it."""
         self.objects = _objects(conn)
         self.version = self.cookie()
 

@@ -3,7 +3,12 @@ line, the batch going on after a refusal, and one exit status for the whole batc
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import select
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -251,3 +256,69 @@ def test_input_from_a_file_and_a_missing_file(db_path: Path, tmp_path: Path) -> 
     )
     assert missing.exit_code == 2 and missing.stderr.startswith("error: USAGE: ")
     assert counts(db_path)["messages"] == 1
+
+
+def _answer_within(process: subprocess.Popen[bytes], seconds: float) -> Any:
+    """The next answer line of ``process``, or a failure once ``seconds`` passed without
+    one (an answer held back until more input came would hang a script forever)."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], seconds)
+    assert ready, f"no answer within {seconds} s"
+    return json.loads(process.stdout.readline())
+
+
+def test_a_script_that_waits_for_each_answer_gets_it_before_writing_on(db_path: Path) -> None:
+    """Answers are flushed when the batch would wait for input, not after every line: a
+    script in conversation with the batch (the next line made from the last answer)
+    still gets every answer as soon as its line is done."""
+    command = [sys.executable, "-m", "catalytic_cassette", "--db", str(db_path), "batch"]
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdin is not None
+    try:
+        for request in (
+            line("post", payload=TWO_STEPS, run_id=RUN, source="USER"),
+            line("claim", run_id=RUN, worker="w1"),
+        ):
+            process.stdin.write(json.dumps(request).encode() + b"\n")
+            process.stdin.flush()
+            answer = _answer_within(process, 60)
+            assert answer["ok"] is True, answer
+        lease = answer["result"]
+        done = line(
+            "complete",
+            run_id=RUN,
+            step=lease["step_id"],
+            worker="w1",
+            token=lease["fencing_token"],
+            receipt={"ok": True},
+            outcome="SUCCESS",
+        )
+        process.stdin.write(json.dumps(done).encode() + b"\n")
+        process.stdin.flush()
+        assert _answer_within(process, 60)["line"] == 3
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert counts(db_path)["receipts"]["SUCCESS"] == 1
+
+
+def test_whether_a_read_may_wait() -> None:
+    """An empty pipe may wait; one with data, or at its end, does not; a stream in memory
+    never does."""
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, "rb") as reader:
+        would_wait = batch_module._would_wait(reader)
+        assert would_wait() is True
+        os.write(write_end, b"{}\n")
+        assert would_wait() is False
+        assert reader.readline() == b"{}\n"
+        assert would_wait() is True
+        os.close(write_end)
+        assert would_wait() is False  # the end of input: a read returns at once
+        assert reader.readline() == b""
+    assert batch_module._would_wait(io.BytesIO(b"{}\n"))() is False

@@ -8,8 +8,12 @@ back onto a path that does not use it. Each runs a fresh interpreter and reads i
 
 from __future__ import annotations
 
+import fcntl
+import os
+import struct
 import subprocess
 import sys
+import termios
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -145,11 +149,45 @@ def test_a_hot_command_loads_no_denied_module(
         assert cassette.status("r1")["messages"] == (2 if name == "post" else 1)
 
 
+# click's formatter finds the terminal's width through shutil (2.2 ms with the modules it
+# imports); the root context carries the width worked out without it (boundary.help_width).
+DENIED_FOR_HELP = (*DENIED_AT_IMPORT, "shutil", "fnmatch", "bz2", "lzma")
+
+
 def test_the_help_listing_loads_no_command_module(tmp_path: Path) -> None:
     body = "from catalytic_cassette.cli import main\nsys.argv[1:] = ['--help']\nmain()"
     loaded = imported(tmp_path, body)
     assert "click._textwrap" in loaded  # it ran: the help was written
-    assert denied(loaded, DENIED_AT_IMPORT) == []
+    assert denied(loaded, DENIED_FOR_HELP) == []
+
+
+@pytest.mark.parametrize("columns", [None, "", "0", "-5", "wide", "30", "52", "80", "81", "300"])
+@pytest.mark.parametrize("max_width", [None, 60, 120])
+def test_the_help_width_is_click_s_own(
+    monkeypatch: pytest.MonkeyPatch, columns: str | None, max_width: int | None
+) -> None:
+    """What click's formatter works out through shutil, for COLUMNS set or not and a
+    stdout that is no terminal (the tests') or a terminal of several sizes."""
+    from catalytic_cassette.cli.boundary import help_width
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert help_width(max_width) == click.HelpFormatter(max_width=max_width).width
+    leader, follower = os.openpty()
+    try:
+        with os.fdopen(follower, "w", closefd=False) as terminal:
+            monkeypatch.setattr(sys, "__stdout__", terminal)
+            for size in (20, 70, 100, 0):
+                fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, size, 0, 0))
+                expected = click.HelpFormatter(max_width=max_width).width
+                assert help_width(max_width) == expected, size
+    finally:
+        os.close(leader)
+        os.close(follower)
+    monkeypatch.setattr(click.formatting, "FORCED_WIDTH", 66)
+    assert help_width(max_width) is None  # click's own rule then: the forced width
 
 
 def test_a_command_s_help_loads_its_module(tmp_path: Path) -> None:

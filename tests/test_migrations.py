@@ -404,3 +404,18 @@ def test_a_version_10_ledger_keeps_its_journal_and_seals_through_migration_11(
         str(db_path), anchors=load_anchors(seals), seal_key=key.public_key(), origin=origin
     )
     assert report.ok and report.anchored, report.to_dict()
+
+
+def test_opening_a_current_ledger_reads_no_migration_sql(tmp_path: Path) -> None:
+    """Each open counts the migrations; their SQL (264 KB) is read only to migrate."""
+    path = tmp_path / "ledger.db"
+    MessageCassette(path).close()
+    sqlfiles.migrations.cache_clear()
+    try:
+        MessageCassette(path).close()
+        MessageCassette(path, read_only=True).close()
+        assert all(m._sql is None for m in sqlfiles.migrations())
+        assert sqlfiles.migrations()[0].sql.startswith("--")  # read when asked for
+        assert sqlfiles.migrations()[0]._sql is not None
+    finally:
+        sqlfiles.migrations.cache_clear()

@@ -99,6 +99,26 @@ def test_bench_cli_quick_run_pairs_every_command_and_the_batch() -> None:
 
 
 @pytest.mark.slow
+def test_bench_cli_trees_reports_each_tree() -> None:
+    """Two trees (this checkout twice), complete: a claim then the timed complete."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_cli_trees.py"),
+            *("--trees", f"{ROOT},{ROOT / 'catalytic_cassette' / '..'}"),
+            *("--command", "complete", "--rounds", "2", "--steps", "20"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    lines = out.splitlines()
+    assert lines[0] == "complete: CPU ms per call, median of 2 alternating rounds", out
+    assert len(lines) == 3 and all(float(line.split()[0]) > 0 for line in lines[1:]), out
+
+
+@pytest.mark.slow
 def test_bench_levers_quick_run_reports_every_variant_and_statement() -> None:
     script = str(ROOT / "scripts" / "bench_levers.py")
     variants = "base,ckpt:1000,drop:cassette_journal_grow_tree,droptemp:cassette_steps_clock_guard"

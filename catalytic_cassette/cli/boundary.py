@@ -147,6 +147,12 @@ class CassetteGroup(click.Group):
         parent: click.Context | None = None,
         **extra: Any,
     ) -> click.Context:
+        if parent is None or parent.terminal_width is None:
+            # (the max width as the context will take it: given, set, or the parent's)
+            widest = extra.get("max_content_width", self.context_settings.get("max_content_width"))
+            if widest is None and parent is not None:
+                widest = parent.max_content_width
+            extra.setdefault("terminal_width", help_width(widest))
         # The root's own output while parsing (--help, --version): click's main would
         # answer a closed pipe there with exit 1.
         try:
@@ -198,6 +204,32 @@ class CassetteGroup(click.Group):
             mapped.show()
             sys.exit(mapped.exit_code)
         sys.exit(status if isinstance(status, int) else EXIT_OK)
+
+
+def help_width(max_width: int | None) -> int | None:
+    """The width click's help formatter takes when given none, worked out without
+    ``shutil`` (whose import, with ``fnmatch``, ``bz2`` and ``lzma``, cost `cassette
+    --help` 2.2 ms): the root context carries it, and every command's context inherits it.
+    click's rule: the terminal's columns, at most ``max_width`` (80), less 2, at least 50.
+    The columns as ``shutil.get_terminal_size`` finds them: ``COLUMNS`` when a positive
+    integer, else the size of the terminal on the interpreter's stdout, else 80. None
+    (click works it out) while click's ``FORCED_WIDTH`` is set. tests/test_cli_startup.py
+    compares it with click's own at several sizes."""
+    from click import formatting
+
+    if formatting.FORCED_WIDTH is not None:
+        return None
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+        columns = columns or 80
+    return max(min(columns, 80 if max_width is None else max_width) - 2, 50)
 
 
 def emit_plain(value: Any) -> None:

@@ -44,6 +44,8 @@ def _open(
         auto_seal=settings.auto_seal(),
         worker_key=worker_key,
         read_only=read_only,
+        # a command compiles the TEMP triggers of the tables it writes, not all 15
+        lazy_temp_triggers=True,
     )
     ctx.call_on_close(cassette.close)
     return cassette

@@ -60,6 +60,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
         auto_seal: AutoSeal | None = None,
         worker_key: WorkerKey | None = None,
         read_only: bool = False,
+        lazy_temp_triggers: bool = False,  # (SQLite's TEMP triggers: none here)
     ) -> None:
         self.worker_key = worker_key
         self._open_ledger(

@@ -4,7 +4,7 @@ the connection's named queries, the server's time, seals and snapshots, closing.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -127,7 +127,7 @@ class PgLedger:
     def ledger_now(self, conn: sqlite3.Connection) -> int:
         unsupported("ledger_now on a SQLite connection")
 
-    def write(self) -> write_transaction:
+    def write(self, tables: Iterable[str] | None = None) -> write_transaction:
         unsupported("a raw SQLite write transaction")
 
     def seal(
