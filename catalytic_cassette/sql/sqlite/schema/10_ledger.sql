@@ -114,8 +114,3 @@ SELECT max(
     coalesce((SELECT created_at FROM cassette_checkpoints NOT INDEXED ORDER BY checkpoint_seq DESC LIMIT 1), 0),
     coalesce((SELECT created_at FROM cassette_seals NOT INDEXED ORDER BY seal_id DESC LIMIT 1), 0),
     coalesce((SELECT created_at FROM cassette_attestations NOT INDEXED ORDER BY attestation_id DESC LIMIT 1), 0));
-
--- ==== TEMP: installed on every package connection, not kept in the file ====
-
-
-
