@@ -582,11 +582,11 @@ def _insert_together(conn: sqlite3.Connection, rows: list[list[Any]]) -> list[in
     (``executemany``); return their seqs.
 
     SQLite gives a row inserted without its INTEGER PRIMARY KEY one more than the
-    largest (and the dense-ids rule of migration 0005 refuses any other), so the rows get
-    the seqs after the last one. A refused row leaves the rows before it in the open
-    transaction (a refused chunk statement undoes its own rows first, so its rows are
-    tried again one by one): how many there are is its index, as the row-by-row path
-    reports it.
+    largest (and the dense-ids rule, in each table's ``_rules`` trigger, refuses any
+    other), so the rows get the seqs after the last one. A refused row leaves the rows
+    before it in the open transaction (a refused chunk statement undoes its own rows
+    first, so its rows are tried again one by one): how many there are is its index, as
+    the row-by-row path reports it.
     """
     last = conn.execute("SELECT coalesce(max(action_seq), 0) FROM cassette_actions").fetchone()[0]
     whole = len(rows) - len(rows) % _CHUNK

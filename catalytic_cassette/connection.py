@@ -292,7 +292,7 @@ def install_temp_triggers(conn: sqlite3.Connection, tables: Iterable[str] | None
 
 
 def _name_the_new_ledger(conn: sqlite3.Connection, ledger_id: str) -> None:
-    """Migration 0004 names a new ledger with ``randomblob(16)``; during this connection's
+    """The baseline names a new ledger with ``randomblob(16)``; during this connection's
     migrations that call returns ``ledger_id`` instead (SQLite looks an application
     function up before its own built-in; ``connect`` removes it after migrating)."""
     chosen = bytes.fromhex(ledger_id)

@@ -1,7 +1,7 @@
 """The step machine, its lease effects and the receipt and release rules, as data and as
 pure judgements of one revision against the row before it.
 
-The SQL guards (``sql/sqlite/schema/cassette.sql``, ``connection.sql``, the PostgreSQL
+The SQL guards (``sql/sqlite/schema/30_steps.sql``, its TEMP section, the PostgreSQL
 migrations) refuse a write by these rules, in this order, with these codes; verify's
 history judge (``verify/history.py``) judges every revision the journal records by the
 same functions. ``tests/test_law.py`` drives the real guards of both backends with

@@ -394,7 +394,7 @@ class SubtreeHash:
     the root of a complete subtree from its leaves, in any order of rows (sorted by seq
     here). NULL unless the rows are consecutive seqs, as many as a power of two, each with
     a 32-byte hash, so a guard comparing with it never passes by accident. The seal guard
-    folds the subtrees of the incomplete last block with it (migration 0009)."""
+    folds the subtrees of the incomplete last block with it (schema/50_journal.sql)."""
 
     def __init__(self) -> None:
         self._leaves: list[tuple[int, bytes]] = []

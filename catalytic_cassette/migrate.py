@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
+from functools import cache
 
 from . import sqlfiles
 from .errors import CassetteError, ErrorCode
@@ -23,15 +25,40 @@ def current_version() -> int:
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
-    """0 for an empty file; refuses a file that is not a cassette."""
+    """0 for an empty file; refuses a file that is not a cassette, and one made by a
+    development build before the baseline (``refuse_unreleased``)."""
     app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
     if app_id == APPLICATION_ID:
-        row = conn.execute("SELECT max(version) FROM cassette_migrations").fetchone()
-        return int(row[0] or 0)
+        recorded = conn.execute(
+            "SELECT version, name, sha256 FROM cassette_migrations ORDER BY version"
+        ).fetchall()
+        refuse_unreleased(recorded)
+        return int(recorded[-1][0]) if recorded else 0
     has_tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
     if app_id == 0 and not has_tables:
         return 0
     raise CassetteError(ErrorCode.NOT_A_CASSETTE, "the database is not a catalytic-cassette ledger")
+
+
+@cache
+def shipped_migrations() -> tuple[tuple[int, str, str], ...]:
+    """(version, name, sha256) of every migration this package ships, as a ledger records them."""
+    return tuple((m.version, m.name, migration_digest(m.sql)) for m in sqlfiles.migrations())
+
+
+def refuse_unreleased(recorded: Sequence[Sequence[object]]) -> None:
+    """SCHEMA_UNRELEASED unless the recorded migrations the package knows are the ones it
+    ships. Nothing was released before the baseline: a file whose rows name another first
+    migration, or another text of one, was made by a development build, and no path leads
+    from it to this schema. Versions beyond the package's are left to SCHEMA_TOO_NEW."""
+    shipped = shipped_migrations()
+    known = [tuple(row) for row in recorded if int(str(row[0])) <= len(shipped)]
+    if tuple(known) != shipped[: len(known)]:
+        raise CassetteError(
+            ErrorCode.SCHEMA_UNRELEASED,
+            "the ledger was made by a development build before the 0.1.0 baseline migration;"
+            " it cannot be opened, migrated or verified by this package",
+        )
 
 
 def apply_pending(conn: sqlite3.Connection) -> list[int]:
@@ -70,13 +97,26 @@ def apply_pending(conn: sqlite3.Connection) -> list[int]:
     return applied
 
 
-def reference_objects(version: int | None = None) -> list[tuple[str, str, str, str | None]]:
+SchemaObject = tuple[str, str, str, "str | None"]
+
+
+def reference_objects(version: int | None = None) -> list[SchemaObject]:
     """(type, name, tbl_name, sql) of every schema object the first ``version`` migrations
     create (all of them by default), SQLite's own included, in the order SQLite stores them.
 
     Built in a private in-memory database with the package's functions registered, so it
     is what an honest migration produced, whatever a file claims.
     """
+    return objects_made_by([m.sql for m in sqlfiles.migrations()[:version]])
+
+
+def schema_objects() -> list[SchemaObject]:
+    """The same rows, made from the concern files of schema/ (the law as written)."""
+    return objects_made_by([schema.kept for schema in sqlfiles.schema_files()])
+
+
+def objects_made_by(scripts: Sequence[str]) -> list[SchemaObject]:
+    """sqlite_master, in rowid order, of a private in-memory database after ``scripts``."""
     from .clock import SystemClock
     from .connection import register_functions
 
@@ -84,8 +124,8 @@ def reference_objects(version: int | None = None) -> list[tuple[str, str, str, s
     try:
         memory.execute("PRAGMA recursive_triggers = ON")
         register_functions(memory, SystemClock())
-        for migration in sqlfiles.migrations()[:version]:
-            for statement in sqlfiles.statements(migration.sql):
+        for script in scripts:
+            for statement in sqlfiles.statements(script):
                 memory.execute(statement)
         rows = memory.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid")
         return [(str(a), str(b), str(c), None if d is None else str(d)) for a, b, c, d in rows]
@@ -93,20 +133,24 @@ def reference_objects(version: int | None = None) -> list[tuple[str, str, str, s
         memory.close()
 
 
-SCHEMA_FILE_HEADER = """\
--- The current full schema of a cassette ledger: every migration applied, as SQLite
--- stores it. Generated, never edited:
---   python -m catalytic_cassette.migrate > catalytic_cassette/sql/sqlite/schema/cassette.sql
--- (tests/test_migrations.py fails when it differs from what the migrations create).
--- migrations/ beside it is the authority and carries the comments that explain each rule.
+BASELINE_NAME = "0001_baseline.sql"
+
+BASELINE_HEADER = """\
+-- Migration 0001, the baseline of release 0.1.0: every object a ledger file keeps.
+-- Generated from the concern files of schema/, never edited:
+--   python -m catalytic_cassette.migrate baseline
+-- (tests/test_schema_files.py fails when it differs from them). schema/ is the authority
+-- and carries the reasons; a later migration changes a ledger from the baseline on, and
+-- the concern files change with it.
 """
 
 
-def full_schema_sql() -> str:
-    """The text of sql/sqlite/schema/cassette.sql: the SQL of every object the migrations
-    create."""
-    statements = [sql + ";" for _, _, _, sql in reference_objects() if sql is not None]
-    return SCHEMA_FILE_HEADER + "\n" + "\n\n".join(statements) + "\n"
+def baseline_sql() -> str:
+    """The text of migrations/0001_baseline.sql: the kept part of every concern file."""
+    parts = [
+        f"\n-- {'-' * 20} schema/{s.name}\n\n{s.kept.strip()}\n" for s in sqlfiles.schema_files()
+    ]
+    return BASELINE_HEADER + "".join(parts)
 
 
 def pending_versions(path: str) -> list[int]:
@@ -131,7 +175,19 @@ def pending_versions(path: str) -> list[int]:
     return list(range(version + 1, latest + 1))
 
 
+def write_baseline() -> str:
+    """Write migrations/0001_baseline.sql from the concern files; return its path."""
+    import os
+
+    path = os.path.join(sqlfiles.SQLITE_SQL, "migrations", BASELINE_NAME)
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write(baseline_sql())
+    return path
+
+
 if __name__ == "__main__":
     import sys
 
-    sys.stdout.write(full_schema_sql())
+    if sys.argv[1:] != ["baseline"]:
+        sys.exit("usage: python -m catalytic_cassette.migrate baseline")
+    print(write_baseline())

@@ -1,4 +1,5 @@
-"""Plan lifecycle reads and checkpoints. The lifecycle rules themselves are SQL (0003)."""
+"""Plan lifecycle reads and checkpoints. The lifecycle rules themselves are SQL
+(schema/40_actions.sql)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ PLAN_STATES = {
     "PlanAborted": "aborted",
 }
 # The partial index cassette_actions_plan_lifecycle is used only by a query that repeats its
-# WHERE clause exactly (migration 0010: comparisons, not an IN list).
+# WHERE clause exactly (schema/40_actions.sql: comparisons, not an IN list).
 _LIFECYCLE = (
     "(action_type = 'PlanStarted' OR action_type = 'PlanPaused' OR action_type = 'PlanResumed'"
     " OR action_type = 'PlanCompleted' OR action_type = 'PlanAborted')"

@@ -1,9 +1,15 @@
 """Find and split the SQLite ledger's SQL files, shipped inside the package.
 
-One folder per backend: ``catalytic_cassette/sql/sqlite/`` (``migrations/``, ``schema/``)
+One folder per backend: ``catalytic_cassette/sql/sqlite/`` (``schema/``, ``migrations/``)
 here, ``catalytic_cassette/sql/postgresql/`` for PostgreSQL (``postgresql/sqlfiles.py``).
 Plain paths (not importlib.resources): the wheel installs them as files, and startup stays
 fast.
+
+``schema/NN_<concern>.sql`` is the law, one file per concern. Each file holds the objects
+the ledger file keeps, then, after the line ``TEMP_SECTION``, the TEMP triggers every package
+connection installs for that concern (they call the package's SQL functions, so they cannot
+live in the file). ``migrations/0001_baseline.sql`` is made from the files' first parts
+(``python -m catalytic_cassette.migrate baseline``); later migrations go beside it.
 """
 
 from __future__ import annotations
@@ -12,8 +18,13 @@ import os
 import re
 import sqlite3
 from functools import cache
+from typing import NamedTuple
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_SCHEMA_NAME = re.compile(r"^\d{2}_[a-z0-9_]+\.sql$")
+
+# The line of a schema file after which its TEMP (per-connection) triggers stand.
+TEMP_SECTION = "-- ==== TEMP: installed on every package connection, not kept in the file ===="
 
 
 # (os.path, not pathlib: every ledger open reads here, and pathlib costs its import)
@@ -29,8 +40,7 @@ def _folder(name: str) -> str:
 
 class Migration:
     """One migration: its version, its name and its SQL, read from its file when first
-    asked for (opening a ledger counts the migrations at each open and reads none of the
-    264 KB unless it migrates: 0.4 ms per command)."""
+    asked for (to migrate, or to compare its digest with a ledger's row)."""
 
     __slots__ = ("_path", "_sql", "name", "version")
 
@@ -66,9 +76,26 @@ def migrations() -> tuple[Migration, ...]:
     return tuple(found)
 
 
+class SchemaFile(NamedTuple):
+    name: str
+    kept: str  # the objects the ledger file keeps: what the baseline migration is made of
+    temp: str  # the TEMP triggers a package connection installs
+
+
 @cache
-def schema_sql(name: str) -> str:
-    return _read(_folder("schema"), name)
+def schema_files() -> tuple[SchemaFile, ...]:
+    """The concern files of schema/, in the order of their numbers."""
+    folder = _folder("schema")
+    found = []
+    for name in sorted(n for n in os.listdir(folder) if _SCHEMA_NAME.match(n)):
+        kept, marker, temp = _read(folder, name).partition(TEMP_SECTION + "\n")
+        found.append(SchemaFile(name, kept, temp if marker else ""))
+    return tuple(found)
+
+
+def connection_sql() -> str:
+    """Every concern's TEMP section, in the order of the files."""
+    return "".join(schema.temp for schema in schema_files())
 
 
 def _read(folder: str, name: str) -> str:
@@ -104,4 +131,4 @@ def _has_code(text: str) -> bool:
 @cache
 def connection_statements() -> tuple[str, ...]:
     """The TEMP triggers every package connection installs, split once per process."""
-    return tuple(statements(schema_sql("connection.sql")))
+    return tuple(statements(connection_sql()))

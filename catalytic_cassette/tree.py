@@ -18,7 +18,8 @@ from .errors import CassetteError, ErrorCode
 
 GROW_BLOCK = 256
 """Leaves per block of stored nodes: the journal entry with ``seq % GROW_BLOCK ==
-GROW_BLOCK - 1`` stores its block's nodes (the trigger of migration 0009)."""
+GROW_BLOCK - 1`` stores its block's nodes (``cassette_journal_grow_tree``,
+schema/50_journal.sql)."""
 
 
 def tail_start(tree_size: int) -> int:
@@ -110,7 +111,7 @@ class StoredTree:
 
 # A node of a complete block that a connection kept from being stored (its own TEMP
 # trigger, LAW.md section 8a) is stored again by the next append that ends a block when
-# the whole block was skipped (migration 0012), and otherwise by ``heal``, which the seal
+# the whole block was skipped (schema/50_journal.sql), and otherwise by ``heal``, which the seal
 # runs before it reads the tree. The insert guard checks each node against its stored
 # children, whoever computes it.
 _HEAL_NODE = (

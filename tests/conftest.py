@@ -272,6 +272,38 @@ def record_future_migration(path: Path, version: int, name: str = "future") -> N
     conn.close()
 
 
+DEVELOPMENT_LEDGER = Path(__file__).parent / "data" / "ledger_v1.sql"
+
+
+def load_development_ledger(path: Path) -> None:
+    """A ledger made by a development build before the 0.1.0 baseline: the dump of one
+    made at the first of the migrations that preceded it (its cassette_migrations row
+    names migration 1 'cassette', with that file's SHA-256), loaded raw."""
+    from catalytic_cassette.migrate import APPLICATION_ID
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(DEVELOPMENT_LEDGER.read_text())  # a raw load: no transaction is open
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+
+
+def rewrite_migration_row(path: Path, column: str, value: str) -> None:
+    """A current ledger whose recorded baseline row is changed in one column: what a file
+    of a development build with another baseline looks like (the guard that keeps the row
+    is dropped and re-created with its own text, so the schema is as shipped)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    (guard,) = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'cassette_migrations_no_update'"
+    ).fetchone()
+    conn.execute("BEGIN")
+    conn.execute("DROP TRIGGER cassette_migrations_no_update")
+    conn.execute(f"UPDATE cassette_migrations SET {column} = ? WHERE version = 1", (value,))
+    conn.execute(guard)
+    conn.execute("COMMIT")
+    conn.close()
+
+
 # PostgreSQL (issue 15): a server per session, a fresh database per test; see tests/postgres.py.
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:

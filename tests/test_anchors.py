@@ -41,7 +41,6 @@ from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.connection import ledger_time
 from catalytic_cassette.errors import translate
 from catalytic_cassette.merkle import MemoryTree, root_from_leaves
-from catalytic_cassette.migrate import APPLICATION_ID
 from catalytic_cassette.note import (
     Checkpoint,
     TlogProof,
@@ -68,7 +67,7 @@ from catalytic_cassette.verify import VerifyReport, verify_path
 
 from . import backends
 from .backends import BACKENDS, Ledger, proof_source
-from .conftest import action_dict, dump, file_digest, tamper, unguarded
+from .conftest import action_dict, dump, file_digest, load_development_ledger, tamper, unguarded
 
 pytestmark = pytest.mark.both_backends
 
@@ -660,54 +659,27 @@ def test_a_missing_node_can_only_be_put_back_as_the_hash_of_its_children(
 # ------------------------------------------------------------------ 3. the migration
 
 
-def _load_v1(path: Path) -> None:
-    """tests/data/ledger_v1.sql loaded raw, as tests/test_migrations.py does."""
-    script = (Path(__file__).parent / "data" / "ledger_v1.sql").read_text()
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.executescript(script)
-    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    conn.execute("PRAGMA user_version = 1")
-    conn.close()
+@pytest.mark.sqlite_only(reason="the SQLite files development builds made")
+def test_a_development_build_ledger_is_not_given_a_tree(db_path: Path) -> None:
+    """A file made before the baseline has no tree; no path leads from it to this schema,
+    so it is refused as it is (SCHEMA_UNRELEASED), not backfilled."""
+    load_development_ledger(db_path)
+    before = (dump(db_path), file_digest(db_path))
+    with pytest.raises(CassetteError) as caught:
+        connect(db_path, clock=ManualClock())
+    assert caught.value.code is ErrorCode.SCHEMA_UNRELEASED
+    assert (dump(db_path), file_digest(db_path)) == before
 
 
-@pytest.mark.sqlite_only(
-    reason="a SQLite file made at schema version 1 (tests/data/ledger_v1.sql); PostgreSQL"
-    " ledgers begin at its migration 0001, with no older schema to upgrade"
-)
-def test_a_version_1_ledger_gets_its_whole_tree_backfilled(db_path: Path) -> None:
-    _load_v1(db_path)
-    raw = sqlite3.connect(db_path)
-    old_leaves = _leaves(raw)
-    assert (
-        raw.execute("SELECT name FROM sqlite_master WHERE name = 'cassette_tree_nodes'").fetchone()
-        is None
-    )
-    raw.close()
-    assert len(old_leaves) > 20 and len(old_leaves) & (len(old_leaves) - 1)  # not a power of 2
-
-    connect(db_path, clock=ManualClock()).close()  # migrates 1 -> current
-    conn = sqlite3.connect(db_path)
-    try:
-        assert _leaves(conn) == old_leaves
-        assert _check_tree(conn) == len(old_leaves)
-        ledger_id = conn.execute(
+@pytest.mark.sqlite_only(reason="the tree read through a SQLite connection")
+def test_a_new_ledger_is_named_and_grows_its_tree_and_seals(db_path: Path) -> None:
+    with MessageCassette(db_path, clock=ManualClock()) as cassette:
+        for n in range(40):
+            cassette.post_message({"n": n}, "run", "USER")
+        ledger_id = cassette.conn.execute(
             "SELECT value FROM cassette_meta WHERE key = 'ledger_id'"
         ).fetchone()[0]
         assert len(ledger_id) == 32 and int(ledger_id, 16) >= 0
-        assert (
-            conn.execute(
-                "SELECT name FROM sqlite_master WHERE name = 'cassette_tree_backfill'"
-            ).fetchone()
-            is None
-        )
-    finally:
-        conn.close()
-    report = verify_path(str(db_path))
-    assert report.ok, report.errors
-
-    # The upgraded ledger grows its tree and seals like a new one.
-    with MessageCassette(db_path, clock=ManualClock()) as cassette:
-        cassette.post_message({"after": "upgrade"}, "run-v1", "USER")
         seal = record_seal(cassette.conn, KEY, now_ms=1, origin=None)
         assert seal.origin == ORIGIN_PREFIX + ledger_id
         assert seal.root == root_from_leaves(_leaves(cassette.conn)[: seal.tree_size])

@@ -37,7 +37,6 @@ from catalytic_cassette import (
     ManualClock,
     MessageCassette,
     merkle,
-    sqlfiles,
     tree,
 )
 from catalytic_cassette.actions import format_v4
@@ -45,12 +44,11 @@ from catalytic_cassette.anchor import load_anchors
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.connection import write_transaction
 from catalytic_cassette.merkle import MemoryTree
-from catalytic_cassette.migrate import current_version
 from catalytic_cassette.seals import default_origin, record_seal, write_seal_file
 from catalytic_cassette.tree import GROW_BLOCK, StoredTree
 from catalytic_cassette.verify import verify_path
 
-from .conftest import action_dict, dump, file_digest, seal_as_before_the_check, unguarded
+from .conftest import action_dict, dump, file_digest, unguarded
 from .tree_helpers import SEAL_INSERT
 from .tree_helpers import entries as _entries
 from .tree_helpers import grow as _grow
@@ -731,55 +729,47 @@ def test_a_batch_that_ends_a_block_mid_chunk_stores_the_blocks_nodes(empty_chain
         assert list(together.conn.iterdump()) == list(each.conn.iterdump())
 
 
-# =============================================================== (c) migrations
+# =============================================================== (c) seals in the last block
 
 
-def _v8_ledger(
-    path: Path, seals: Path, monkeypatch: pytest.MonkeyPatch, version: int, plan: list[Any]
-) -> tuple[ManualClock, str]:
-    """A ledger built by the first ``version`` migrations: grow to each size, or seal
-    the given size ('head' for the head)."""
-    old = sqlfiles.migrations()[:version]
+def _sealed_ledger(path: Path, seals: Path, plan: list[Any]) -> tuple[ManualClock, str]:
+    """A ledger grown to each size of ``plan``, or sealed at the given size ('head' for
+    the head)."""
     clock = ManualClock()
-    with monkeypatch.context() as patched:
-        patched.setattr(sqlfiles, "migrations", lambda: old)
-        seal_as_before_the_check(patched)
-        with MessageCassette(path, clock=clock, durability="normal") as cassette:
-            for step in plan:
-                if isinstance(step, tuple):
-                    size = _entries(cassette.conn) if step[1] == "head" else step[1]
-                    seal = record_seal(
-                        cassette.conn, KEY, now_ms=clock.now_ms(), origin=None, size=size
-                    )
-                    write_seal_file(seal, seals)
-                else:
-                    _grow(path, clock, step)
-            assert cassette.conn.execute("PRAGMA user_version").fetchone()[0] == version
-            origin = default_origin(cassette.conn)
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        for step in plan:
+            if isinstance(step, tuple):
+                size = _entries(cassette.conn) if step[1] == "head" else step[1]
+                seal = record_seal(
+                    cassette.conn, KEY, now_ms=clock.now_ms(), origin=None, size=size
+                )
+                write_seal_file(seal, seals)
+            else:
+                _grow(path, clock, step)
+        origin = default_origin(cassette.conn)
     return clock, origin
 
 
 @pytest.mark.parametrize(
-    ("version", "plan"),
+    "plan",
     [
-        (8, [GROW_BLOCK + 1, ("seal", "head"), GROW_BLOCK + 9]),  # seal at tail + 1
-        (8, [GROW_BLOCK + 2, ("seal", "head"), GROW_BLOCK + 9]),  # one level-1 node
-        (8, [2 * GROW_BLOCK - 1, ("seal", "head")]),  # its own entry ends the block
-        (8, [2 * GROW_BLOCK, ("seal", "head"), 2 * GROW_BLOCK + 7]),  # at a boundary
-        (8, [GROW_BLOCK + 60, ("seal", GROW_BLOCK + 50), ("seal", GROW_BLOCK + 10)]),
-        (8, [GROW_BLOCK + 60, ("seal", 100)]),  # only an earlier block sealed
-        (7, [GROW_BLOCK + 70, ("seal", "head"), GROW_BLOCK + 80]),
+        [GROW_BLOCK + 1, ("seal", "head"), GROW_BLOCK + 9],  # seal at tail + 1
+        [GROW_BLOCK + 2, ("seal", "head"), GROW_BLOCK + 9],  # one level-1 node
+        [2 * GROW_BLOCK - 1, ("seal", "head")],  # its own entry ends the block
+        [2 * GROW_BLOCK, ("seal", "head"), 2 * GROW_BLOCK + 7],  # at a boundary
+        [GROW_BLOCK + 60, ("seal", GROW_BLOCK + 50), ("seal", GROW_BLOCK + 10)],
+        [GROW_BLOCK + 60, ("seal", 100)],  # only an earlier block sealed
+        [GROW_BLOCK + 70, ("seal", "head"), GROW_BLOCK + 80],
     ],
 )
-def test_c_an_older_ledger_migrates_to_the_rule_and_keeps_its_seals(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int, plan: list[Any]
+def test_c_a_sealed_ledger_stores_by_the_rule_and_keeps_its_seals(
+    tmp_path: Path, plan: list[Any]
 ) -> None:
-    path, seals = tmp_path / "old.db", tmp_path / "seals"
+    path, seals = tmp_path / "ledger.db", tmp_path / "seals"
     seals.mkdir()
-    clock, origin = _v8_ledger(path, seals, monkeypatch, version, plan)
-    with MessageCassette(path, clock=clock, durability="normal") as cassette:  # migrates
+    clock, origin = _sealed_ledger(path, seals, plan)
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
         conn = cassette.conn
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == current_version()
         assert _nodes(conn) == _by_rule(conn)
         head = _entries(conn)
         leaves = [bytes(r[0]) for r in conn.execute("SELECT leaf_hash FROM cassette_journal")]
@@ -788,24 +778,5 @@ def test_c_an_older_ledger_migrates_to_the_rule_and_keeps_its_seals(
         str(path), anchors=load_anchors(seals), seal_key=KEY.public_key(), origin=origin
     )
     assert anchored.ok and anchored.anchored, anchored.to_dict()
-    _still_works(path, clock)
-    assert verify_path(str(path)).ok
-
-
-def test_c_a_version_1_ledger_migrates_seals_and_grows_a_block(tmp_path: Path) -> None:
-    from catalytic_cassette.migrate import APPLICATION_ID
-
-    path = tmp_path / "v1.db"
-    script = (Path(__file__).parent / "data" / "ledger_v1.sql").read_text()
-    raw = sqlite3.connect(path, isolation_level=None)
-    raw.executescript(script)
-    raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    raw.execute("PRAGMA user_version = 1")
-    raw.close()
-    clock = ManualClock()
-    with MessageCassette(path, clock=clock, durability="normal") as cassette:
-        assert _nodes(cassette.conn) == _by_rule(cassette.conn)
-        _seal(cassette.conn)
-    assert verify_path(str(path)).ok
     _still_works(path, clock)
     assert verify_path(str(path)).ok

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalytic_cassette import ManualClock, MessageCassette, merkle, sqlfiles, tree
+from catalytic_cassette import ManualClock, MessageCassette, merkle, tree
 from catalytic_cassette.anchor import load_anchors
 from catalytic_cassette.errors import CassetteError, ErrorCode
 from catalytic_cassette.hashing import node_hash
@@ -41,7 +41,7 @@ from catalytic_cassette.seals import Seal, default_origin, record_seal, write_se
 from catalytic_cassette.tree import GROW_BLOCK, StoredTree
 from catalytic_cassette.verify import verify_path
 
-from .conftest import dump, file_digest, seal_as_before_the_check, unguarded
+from .conftest import dump, file_digest, unguarded
 from .tree_helpers import SEAL_INSERT
 from .tree_helpers import entries as _entries
 from .tree_helpers import grow as _grow
@@ -728,49 +728,39 @@ def test_b_a_trigger_depth_limit_fails_closed(ledger: tuple[Path, ManualClock]) 
     _still_works(path, clock)
 
 
-# ====================== (c) a version 8 ledger sealed in its last block, migrated
+# ====================== (c) a ledger sealed in its last block
 
 
-def test_c_a_v8_ledger_sealed_inside_its_last_block_keeps_its_seals_and_completes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_c_a_ledger_sealed_inside_its_last_block_keeps_its_seals_and_completes(
+    tmp_path: Path,
 ) -> None:
-    """Version 8 stored every node to its head, and three seals fell inside its last
-    block (one at its first entry, one inside, the head). After 0009 drops those nodes,
-    every seal still verifies as an anchor, the seal guard re-takes each of them, the block
-    completes on an ordinary append (and on one from a recursive_triggers=OFF connection
-    for the next), and new seals anchor too."""
-    path, seals = tmp_path / "v8.db", tmp_path / "seals"
+    """Three seals fall inside the last block (one at its first entry, one inside, the
+    head), whose nodes are not stored: every seal verifies as an anchor, the seal guard
+    re-takes each of them, the block completes on an ordinary append (and on one from a
+    recursive_triggers=OFF connection for the next), and new seals anchor too."""
+    path, seals = tmp_path / "ledger.db", tmp_path / "seals"
     seals.mkdir()
-    old = sqlfiles.migrations()[:8]
     clock = ManualClock()
     sizes: list[int] = []
-    with monkeypatch.context() as patched:
-        patched.setattr(sqlfiles, "migrations", lambda: old)
-        seal_as_before_the_check(patched)
-        with MessageCassette(path, clock=clock, durability="normal") as cassette:
-            _grow(path, clock, GROW_BLOCK + 1)
-            for size in (GROW_BLOCK + 1, None):
-                seal = record_seal(
-                    cassette.conn, KEY, now_ms=clock.now_ms(), origin=None, size=size
-                )
-                write_seal_file(seal, seals)
-                sizes.append(seal.tree_size)
-            _grow(path, clock, 2 * GROW_BLOCK - 60)
-            seal = record_seal(
-                cassette.conn, KEY, now_ms=clock.now_ms(), origin=None, size=GROW_BLOCK + 100
-            )
+    with MessageCassette(path, clock=clock, durability="normal") as cassette:
+        _grow(path, clock, GROW_BLOCK + 1)
+        for size in (GROW_BLOCK + 1, None):
+            seal = record_seal(cassette.conn, KEY, now_ms=clock.now_ms(), origin=None, size=size)
             write_seal_file(seal, seals)
             sizes.append(seal.tree_size)
-            seal = record_seal(cassette.conn, KEY, now_ms=clock.now_ms(), origin=None)
-            write_seal_file(seal, seals)
-            sizes.append(seal.tree_size)
-            origin = default_origin(cassette.conn)
-            v8_nodes = _nodes(cassette.conn)
-            assert cassette.conn.execute("PRAGMA user_version").fetchone()[0] == 8
+        _grow(path, clock, 2 * GROW_BLOCK - 60)
+        seal = record_seal(
+            cassette.conn, KEY, now_ms=clock.now_ms(), origin=None, size=GROW_BLOCK + 100
+        )
+        write_seal_file(seal, seals)
+        sizes.append(seal.tree_size)
+        seal = record_seal(cassette.conn, KEY, now_ms=clock.now_ms(), origin=None)
+        write_seal_file(seal, seals)
+        sizes.append(seal.tree_size)
+        origin = default_origin(cassette.conn)
     with MessageCassette(path, clock=clock, durability="normal") as cassette:
         conn = cassette.conn
         assert _nodes(conn) == _by_rule(conn)
-        assert set(_nodes(conn)) < set(v8_nodes)
         memory = MemoryTree(_leaves(conn))
         for size in sizes:
             assert _try_seal(conn, size, memory.root(size)) == "", size

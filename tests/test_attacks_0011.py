@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,12 +24,12 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from catalytic_cassette import ManualClock, MessageCassette, connect, sqlfiles
+from catalytic_cassette import ManualClock, MessageCassette, connect
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.seals import record_seal
 from catalytic_cassette.verify import verify_path
 
-from .conftest import dump, file_digest
+from .conftest import dump, file_digest, unguarded
 
 pytestmark = pytest.mark.sqlite_only(
     reason=("SQLite's TEMP triggers and RAISE(IGNORE) (migration 0011); PostgreSQL has neither")
@@ -383,33 +382,24 @@ def test_the_journal_entry_must_be_the_rows_own_and_the_last(
 # ------------------------------------------------------------- what verify still detects
 
 
-def test_verify_reports_the_rows_a_version_10_ledger_let_in(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Rows stored through the gap before 0011 (an unjournaled action and a journaled
-    message, both at 2^63 - 1) stay in an upgraded ledger: verify reports them (id_order,
-    unjournaled_row), and the same attacks on the upgraded ledger are refused."""
-    path = tmp_path / "v10.db"
-    ten = sqlfiles.migrations()[:10]
-    with monkeypatch.context() as patched:
-        patched.setattr(sqlfiles, "migrations", lambda: ten)
-        ids = _build(path)
-        raw = _raw(path, "actions", "AFTER")
-        try:
-            raw.execute(_inserts(ids, id=TOP)["actions"])
-        finally:
-            raw.close()
-        conn = _package(path, "messages")
+def test_verify_reports_the_rows_the_gap_let_in(tmp_path: Path) -> None:
+    """Rows stored past the rules (an unjournaled action and a journaled message, both at
+    2^63 - 1, as the gap of a file's AFTER rules let in; here planted with the tables'
+    triggers out of the way): verify reports them (id_order, unjournaled_row), and the
+    same attacks on an intact ledger are refused."""
+    path = tmp_path / "planted.db"
+    ids = _build(path)
+    with unguarded(path, "cassette_actions") as raw:
+        raw.execute(_inserts(ids, id=TOP)["actions"])
+    with unguarded(path, "cassette_messages"):
+        conn = connect(path, clock=ManualClock(), migrate=False)  # journals the row
         try:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(_inserts(ids, id=TOP)["messages"])
             conn.execute("COMMIT")
         finally:
             conn.close()
-    upgraded = tmp_path / "v11.db"
-    shutil.copyfile(path, upgraded)
-    connect(upgraded).close()  # migrates
-    report = verify_path(str(upgraded))
+    report = verify_path(str(path))
     kinds = {f.kind.value for f in report.findings}
     assert not report.ok and {"id_order", "unjournaled_row"} <= kinds
     planted = sorted((f.table, str(f.key)) for f in report.findings if f.kind.value == "id_order")

@@ -284,31 +284,3 @@ def test_a_release_whose_requeue_is_skipped_holds_only_its_step_until_expiry(
     honest.complete_step("r", step["step_id"], "w", step["fencing_token"], {}, "SUCCESS")
     attacker.close()
     honest.close()
-
-
-def test_a_version_11_ledger_with_a_skipped_block_heals_after_migration_12(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A ledger left with a skipped block under 0011, where the next block end failed for
-    everyone, writes again once migrated: its next block end stores the skipped block."""
-    from catalytic_cassette import sqlfiles
-    from catalytic_cassette.migrate import current_version
-
-    path, clock = tmp_path / "v11.db", ManualClock()
-    eleven = sqlfiles.migrations()[:11]
-    with monkeypatch.context() as patched:
-        patched.setattr(sqlfiles, "migrations", lambda: eleven)
-        with CausalChain(path, clock=clock) as attacker:
-            _hostile(attacker.conn, SKIP_BLOCK_END)
-            _to_block_end(attacker, "a")
-            _append(attacker, GROW_BLOCK - 1, "a")
-        with (
-            CausalChain(path, clock=clock) as honest,
-            pytest.raises(CassetteError, match="NOT NULL constraint failed"),
-        ):
-            _append(honest, 1, "h")  # the block end that needed the skipped one
-    with CausalChain(path, clock=clock) as honest:
-        assert honest.conn.execute("PRAGMA user_version").fetchone()[0] == current_version()
-        _append(honest, 1, "h")
-        assert _nodes(honest.conn) == _by_the_rule(honest.conn)
-    assert verify_path(str(path)).ok

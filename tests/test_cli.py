@@ -23,7 +23,7 @@ from catalytic_cassette.payloads import MAX_PAYLOAD_BYTES
 
 from . import backends
 from .backends import Ledger
-from .conftest import dump, file_digest, record_future_migration
+from .conftest import dump, file_digest, load_development_ledger, record_future_migration
 
 pytestmark = pytest.mark.both_backends
 
@@ -1140,6 +1140,21 @@ class TestMigrate:
         assert_refused(invoke(path, *_fill(args, bad_files)), "SCHEMA_TOO_NEW")
         assert snapshot(path) == before
         assert_refused(invoke(path, "verify"), "SCHEMA_TOO_NEW", exit_code=3)
+        assert snapshot(path) == before
+
+    @pytest.mark.sqlite_only(reason="the SQLite files development builds made")
+    @pytest.mark.parametrize("args", OPENING_COMMANDS)
+    def test_a_development_build_ledger_is_refused(
+        self, tmp_path: Path, bad_files: dict[str, str], args: tuple[str, ...]
+    ) -> None:
+        """Exit 1 (3 for verify), one error line, no traceback, the file unchanged."""
+        path = tmp_path / "development.db"
+        load_development_ledger(path)
+        before = snapshot(path)
+        assert_refused(invoke(path, *_fill(args, bad_files)), "SCHEMA_UNRELEASED")
+        assert snapshot(path) == before
+        assert_refused(invoke(path, "migrate", "--check"), "SCHEMA_UNRELEASED")
+        assert_refused(invoke(path, "verify"), "SCHEMA_UNRELEASED", exit_code=3)
         assert snapshot(path) == before
 
     @pytest.mark.sqlite_only(reason="rollback journal mode is a setting of a SQLite file")

@@ -45,7 +45,7 @@ def _edges(text: str) -> set[tuple[str, str]]:
 
 
 def test_the_allow_list_in_the_guards_text_is_the_laws() -> None:
-    sqlite_text = (ROOT / "sql/sqlite/schema/cassette.sql").read_text()
+    sqlite_text = (ROOT / "sql/sqlite/schema/30_steps.sql").read_text()
     guard = sqlite_text[sqlite_text.index("CREATE TRIGGER cassette_steps_update_guard") :]
     guard = guard[: guard.index("END;")]
     allow = guard[guard.index("ILLEGAL_TRANSITION") :]

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalytic_cassette import CausalChain, ManualClock, MessageCassette, law
+from catalytic_cassette import CausalChain, ManualClock, MessageCassette, law, sqlfiles
 from catalytic_cassette.errors import ErrorCode
 from catalytic_cassette.errors import translate as translate_sqlite
 from catalytic_cassette.verify.inserts import broken_inserts
@@ -30,7 +30,7 @@ from catalytic_cassette.verify.inserts import broken_inserts
 MINUTE_MS = 60_000
 
 ROOT = Path(law.__file__).parent
-SCHEMA = (ROOT / "sql/sqlite/schema/cassette.sql").read_text()
+SCHEMA = "".join(schema.kept for schema in sqlfiles.schema_files())
 
 
 def _flat(text: str) -> str:

@@ -56,7 +56,7 @@ SQLITE_SESSION = pytest.mark.sqlite_only(
     " (write_journal); PostgreSQL's consistent rewrite under a seal is"
     " tests/test_postgres_chain_extras.py's (not_included)"
 )
-OLD_SQLITE = pytest.mark.sqlite_only(reason="a SQLite ledger made at schema version 4")
+FILE_TAMPERED = pytest.mark.sqlite_only(reason="a SQLite file whose triggers were dropped")
 
 
 @pytest.fixture
@@ -832,27 +832,20 @@ def test_an_exported_bundle_verifies_offline_and_tampering_fails(
 # ---------------------------------------------------------------------- upgrade
 
 
-@OLD_SQLITE
-def test_a_version_4_ledger_upgrades_keeps_its_encoding_and_still_verifies(
+@FILE_TAMPERED
+def test_an_effect_stored_before_its_cause_is_reported_not_hidden(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A ledger written before migration 5 (with an effect recorded before its cause,
-    which version 4 allowed) upgrades without rewriting a row: its journal is unchanged,
-    and the old pair is reported (by validate-chain, and by verify as time running
+    """An effect recorded before its cause, stored past the rules (the actions' triggers
+    dropped, the package journaling it with its writer's clock): the journal keeps it as
+    written, and the pair is reported (by validate-chain, and by verify as time running
     backwards), not hidden."""
-    from catalytic_cassette import sqlfiles
-    from catalytic_cassette.migrate import current_version
     from catalytic_cassette.verify import verify_path
 
-    four = sqlfiles.migrations()[:4]
-    later_tables = ("cassette_attestations", "cassette_ledger_time")
-    then = tuple(
-        s for s in sqlfiles.connection_statements() if not any(t in s for t in later_tables)
-    )
-    with monkeypatch.context() as patched:
-        patched.setattr(sqlfiles, "migrations", lambda: four)
-        # the TEMP triggers and the dating of a version-4 package
-        patched.setattr(sqlfiles, "connection_statements", lambda: then)
+    from .conftest import unguarded
+
+    CausalChain(db_path, clock=ManualClock()).close()
+    with unguarded(db_path, "cassette_actions"), monkeypatch.context() as patched:
         patched.setattr(CausalChain, "ledger_now", lambda self, conn: self.clock.now_ms())
         clock = SettableClock(START + 1000)
         with CausalChain(db_path, clock=clock) as chain:
@@ -863,7 +856,6 @@ def test_a_version_4_ledger_upgrades_keeps_its_encoding_and_still_verifies(
             )
             journal = chain.conn.execute("SELECT seq, body FROM cassette_journal").fetchall()
     with CausalChain(db_path, clock=ManualClock()) as chain:
-        assert chain.conn.execute("PRAGMA user_version").fetchone()[0] == current_version()
         assert chain.conn.execute("SELECT seq, body FROM cassette_journal").fetchall() == journal
         assert not chain.validate_causal_chain(effect.action_id)["ok"]
         later = chain.append_action(act(name="later", session_id="s"))
@@ -874,8 +866,8 @@ def test_a_version_4_ledger_upgrades_keeps_its_encoding_and_still_verifies(
         )
         assert list(body["row"]) == list(json.loads(journal[0][1])["row"])  # same columns
     errors = verify_path(str(db_path)).errors
-    # the effect, and the first entry after the upgrade: ledger time is the newest row's
-    # (0005 assumes the dates before it never decreased), so it is dated before the cause
+    # the effect, and the next entry: ledger time is the newest row's (the rules assume
+    # the dates before it never decreased), so it is dated before the cause
     assert [(f.kind, f.seq) for f in errors] == [("time_backwards", 1), ("time_backwards", 2)]
     report = json.loads(invoke(db_path, "verify", "--session", "s", "--json").stdout)
     assert [f["kind"] for f in report["findings"]] == ["cause_after_effect"]

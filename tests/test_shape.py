@@ -1,6 +1,6 @@
 """Each journaled table's columns have one home: the migrations (issue 12, "Shape").
 
-The columns are also spelled in the journaling TEMP triggers (schema/connection.sql),
+The columns are also spelled in the journaling TEMP triggers (each schema file's TEMP section),
 verify's table list (verify/tables.py) and ``actions.COLUMNS``. These tests read each of
 those copies and compare it, column by column and in order, with the table SQLite built
 from the migrations, so that a column added in one place and forgotten in another fails
@@ -39,7 +39,7 @@ _PAIR = re.compile(r"'(\w+)', (NEW\.\w+|k\.id)")
 
 
 def _journal_triggers() -> list[re.Match[str]]:
-    return list(_JOURNAL_TRIGGER.finditer(sqlfiles.schema_sql("connection.sql")))
+    return list(_JOURNAL_TRIGGER.finditer(sqlfiles.connection_sql()))
 
 
 @pytest.fixture(scope="module")

@@ -14,18 +14,17 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from catalytic_cassette import ErrorCode, ManualClock, MessageCassette, merkle, sqlfiles, tree
+from catalytic_cassette import ErrorCode, ManualClock, MessageCassette, merkle, tree
 from catalytic_cassette.anchor import load_anchors
 from catalytic_cassette.chain import CausalChain
 from catalytic_cassette.connection import write_transaction
 from catalytic_cassette.errors import CassetteError
 from catalytic_cassette.merkle import MemoryTree
-from catalytic_cassette.migrate import current_version
 from catalytic_cassette.seals import default_origin, record_seal, write_seal_file
 from catalytic_cassette.tree import GROW_BLOCK, StoredTree
 from catalytic_cassette.verify import verify_path
 
-from .conftest import action_dict, dump, file_digest, seal_as_before_the_check, unguarded
+from .conftest import action_dict, dump, file_digest, unguarded
 
 pytestmark = pytest.mark.sqlite_only(
     reason="the Merkle tree SQLite stores by blocks (migration 0009); PostgreSQL stores no"
@@ -221,34 +220,23 @@ def test_a_raw_connection_cannot_add_a_node(cassette: MessageCassette, db_path: 
     assert (dump(db_path), file_digest(db_path)) == before
 
 
-def test_a_version_8_ledger_keeps_its_seals_and_stores_by_the_rule_after_migration_9(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_ledger_sealed_inside_its_last_block_keeps_its_seals_and_stores_by_the_rule(
+    tmp_path: Path,
 ) -> None:
-    """Version 8 stored every node up to the head. Migration 9 keeps every node of the
-    complete blocks and none of the last block; the seals made before (one of them inside
-    that block) still hold, and the next block completes as any other."""
-    db_path, seals = tmp_path / "v8.db", tmp_path / "seals"
+    """Every node of the complete blocks is stored and none of the last block; a seal made
+    inside that block still holds once it completes, and the next block completes as any
+    other."""
+    db_path, seals = tmp_path / "ledger.db", tmp_path / "seals"
     seals.mkdir()
-    eight = sqlfiles.migrations()[:8]
-    with monkeypatch.context() as patched:
-        patched.setattr(sqlfiles, "migrations", lambda: eight)
-        seal_as_before_the_check(patched)
-        clock = ManualClock()
-        with MessageCassette(db_path, clock=clock) as cassette:
-            _grow_to(cassette, GROW_BLOCK + 30)
-            write_seal_file(
-                record_seal(cassette.conn, KEY, now_ms=clock.now_ms(), origin=None), seals
-            )
-            _grow_to(cassette, GROW_BLOCK + 90)
-            origin = default_origin(cassette.conn)
-            assert cassette.conn.execute("PRAGMA user_version").fetchone()[0] == 8
-            old_nodes = _nodes(cassette.conn)
-            assert len(old_nodes) == len(_all_nodes(cassette.conn))  # every node, version 8
-    with MessageCassette(db_path, clock=clock) as cassette:  # migrates
+    clock = ManualClock()
+    with MessageCassette(db_path, clock=clock) as cassette:
+        _grow_to(cassette, GROW_BLOCK + 30)
+        write_seal_file(record_seal(cassette.conn, KEY, now_ms=clock.now_ms(), origin=None), seals)
+        _grow_to(cassette, GROW_BLOCK + 90)
+        origin = default_origin(cassette.conn)
         conn = cassette.conn
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == current_version()
         assert _nodes(conn) == _stored_by_rule(conn)
-        assert set(_nodes(conn)) < set(old_nodes)
+        assert set(_nodes(conn)) < set(_all_nodes(conn))
         assert max(end for end, _, _ in _nodes(conn)) == GROW_BLOCK - 1  # the complete block
         anchored = verify_path(
             str(db_path), anchors=load_anchors(seals), seal_key=KEY.public_key(), origin=origin

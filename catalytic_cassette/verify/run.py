@@ -26,7 +26,7 @@ from ..anchor import open_anchor
 from ..clock import SystemClock
 from ..connection import cannot_read, connect_readonly, read_transaction
 from ..errors import CassetteError, ErrorCode
-from ..migrate import current_version, schema_version
+from ..migrate import current_version, refuse_unreleased, schema_version
 from .artifacts import check_artifacts
 from .chain import TreeWalk, check_chain
 from .consistency import check_checkpoint_ids, check_consistency, check_dense_ids
@@ -482,6 +482,12 @@ def verify_path(
                 ErrorCode.SCHEMA_TOO_NEW,
                 f"schema version {version} is newer than this package ({current_version()})",
             )
+        refuse_unreleased(
+            conn.execute(
+                "SELECT version, name, sha256 FROM cassette_migrations NOT INDEXED"
+                " WHERE version = 1"
+            ).fetchall()
+        )
         with read_transaction(conn):
             sides = (
                 _same_snapshot(conn, path, _side_connections())

@@ -1,7 +1,8 @@
 """The file against the law: header fields, every schema object, migrations and meta rows.
 
 Nothing here trusts a name: every row of sqlite_master, SQLite's own objects included,
-is compared with what the shipped migrations create in a private in-memory database.
+is compared with what the shipped migrations (the baseline and any later one) create in a
+private in-memory database.
 """
 
 from __future__ import annotations
@@ -10,8 +11,13 @@ import re
 import sqlite3
 from functools import lru_cache
 
-from .. import sqlfiles
-from ..migrate import APPLICATION_ID, FORMAT, current_version, migration_digest, reference_objects
+from ..migrate import (
+    APPLICATION_ID,
+    FORMAT,
+    current_version,
+    reference_objects,
+    shipped_migrations,
+)
 from .findings import Collector, Finding, FindingKind, Severity
 
 # The tables SQLite itself creates when someone runs ANALYZE, exactly as it creates them
@@ -64,7 +70,7 @@ def check_schema(conn: sqlite3.Connection, out: Collector) -> bool:
         ok = False
         out.add(Finding(FindingKind.SCHEMA_VERSION, f"schema version {version}, expected {latest}"))
     check_header(conn, out, version)
-    shipped = [(m.version, m.name, migration_digest(m.sql)) for m in sqlfiles.migrations()]
+    shipped = list(shipped_migrations())
     recorded = conn.execute(
         "SELECT version, name, sha256 FROM cassette_migrations NOT INDEXED ORDER BY version"
     ).fetchall()
@@ -155,9 +161,8 @@ def check_ledger_id(conn: sqlite3.Connection, out: Collector, meta: dict[str, st
 
 
 def meta_is_a_cassettes(meta: list[tuple[str, str]]) -> bool:
-    """('format', FORMAT), and from 0004 on a ledger_id of 32 lowercase hex digits."""
-    expected_keys = ["format", "ledger_id"] if current_version() >= 4 else ["format"]
-    if [key for key, _ in meta] != expected_keys or meta[0][1] != FORMAT:
+    """('format', FORMAT) and a ledger_id of 32 lowercase hex digits."""
+    if [key for key, _ in meta] != ["format", "ledger_id"] or meta[0][1] != FORMAT:
         return False
     return all(
         len(value) == 32 and all(c in "0123456789abcdef" for c in value)

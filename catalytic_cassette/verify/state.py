@@ -125,7 +125,7 @@ def check_state(
 
 
 def check_journal_columns(conn: sqlite3.Connection, out: Collector) -> None:
-    """The table name and key each entry stores beside its body (migration 0008, read by
+    """The table name and key each entry stores beside its body (schema/50_journal.sql, read by
     the by-row index) are the body's: someone with writable_schema could change them
     without touching the body, hiding an entry from readers that look it up."""
     rows = conn.execute(

@@ -129,7 +129,7 @@ class StateStream:
 
     def see(self, seqs: list[int], bodies: list[bytes], tables: list[Any], keys: list[Any]) -> None:
         """A batch of consecutive journal entries, with the table name and key each entry
-        stores beside its body (migration 0008). Entries of one append-only table in a row
+        stores beside its body (schema/50_journal.sql). Entries of one append-only table in a row
         (the common case: a batch of appends) are compared as one list, and their dates
         judged at once when none needs a finding."""
         count, i = len(bodies), 0
