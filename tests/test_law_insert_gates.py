@@ -16,7 +16,7 @@ import sqlite3
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from catalytic_cassette import law
@@ -24,6 +24,7 @@ from catalytic_cassette.verify import inserts
 from catalytic_cassette.verify.tables import TABLES
 
 GATED = [rule for rule in law.INSERT_RULES if rule.gate]
+BLOCKS = 24  # (enough for a gate to open more than the judge's share of them)
 BIG = "1180591620717411303424"
 PIECES = [
     "[",
@@ -111,16 +112,17 @@ def _scratch(
     if rule.table != "cassette_checkpoints":
         conn.execute("CREATE TABLE cassette_checkpoints (checkpoint_id, plan_id)")
     marks = ", ".join("?" for _ in columns)
-    for i, row in enumerate(rows, 1):
-        values = [*row, "p"][: len(columns)]
-        conn.execute(f"INSERT INTO {rule.table} VALUES (?, {marks})", (i, *values))
-        if i in text_rows:
-            for column in columns:
-                conn.execute(
-                    f"UPDATE {rule.table} SET {column} = CAST({column} AS TEXT)"
-                    f" WHERE {rowid} = ? AND typeof({column}) = 'blob'",
-                    (i,),
-                )
+    conn.executemany(
+        f"INSERT INTO {rule.table} VALUES (?, {marks})",
+        ((i, *[*row, "p"][: len(columns)]) for i, row in enumerate(rows, 1)),
+    )
+    for i in text_rows:
+        for column in columns:
+            conn.execute(
+                f"UPDATE {rule.table} SET {column} = CAST({column} AS TEXT)"
+                f" WHERE {rowid} = ? AND typeof({column}) = 'blob'",
+                (i,),
+            )
     return conn
 
 
@@ -154,10 +156,16 @@ def test_a_gate_holds_for_every_block_a_case_or_the_scope_holds_in(
 
 @pytest.mark.parametrize("rule", GATED, ids=[rule.table for rule in GATED])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(  # every block opened: the judge reads the rest of the table in one range
+    broken=[n * inserts.GATE_BLOCK + 7 for n in range(BLOCKS)],
+    texts=["[1e999]"],
+    gap=0,
+    limit=inserts.MAX_KEYS,
+)
 @given(
-    broken=st.lists(st.integers(1, 3000), max_size=30),
+    broken=st.lists(st.integers(1, BLOCKS * inserts.GATE_BLOCK), max_size=30),
     texts=st.lists(st.sampled_from(WHOLE[2:7]), min_size=1, max_size=5),
-    gap=st.sampled_from([0, 10_000]),
+    gap=st.sampled_from([0, 100_000]),
     limit=st.sampled_from([3, inserts.MAX_KEYS]),
 )
 def test_a_gated_judge_reports_what_the_rule_alone_reports(
@@ -166,13 +174,15 @@ def test_a_gated_judge_reports_what_the_rule_alone_reports(
     """Blocks of rows, a block opened now and then or most of the time (the rest judged
     in one range), ids sparse or not, more broken rows than a rule reports: the same rows,
     gated or not."""
-    rows = [["[1]"] * 6 for _ in range(3000)]
+    rows = [["[1]"] * 6 for _ in range(BLOCKS * inserts.GATE_BLOCK)]
     for n, at in enumerate(broken):
         rows[at - 1][n % len(law.JSON_COLUMNS[rule.table])] = texts[n % len(texts)]
     conn = _scratch(rule, rows, [])
     rowid, _ = _table(rule)
     if gap:  # sparse ids: blocks would cost more than they save
-        conn.execute(f"UPDATE {rule.table} SET {rowid} = {rowid} + {gap} WHERE {rowid} > 1500")
+        conn.execute(
+            f"UPDATE {rule.table} SET {rowid} = {rowid} + {gap} WHERE {rowid} > {len(rows) // 2}"
+        )
     ungated = law.InsertRule(rule.table, rule.cases, join=rule.join, scope=rule.scope)
     kept = inserts.MAX_KEYS
     inserts.MAX_KEYS = limit  # (the first rows a rule reports, whichever block holds them)
