@@ -356,9 +356,14 @@ class InsertRule:
     """Rules of an append-only table's insert, judged in one query: the rows of ``table``
     (alias ``t``, joined with ``join``, narrowed by ``scope``) for which a case's
     condition holds break the first such case's rule. Each condition reads ``t`` and rows
-    of lower id only."""
+    of lower id only.
 
-    __slots__ = ("cases", "join", "scope", "table")
+    ``gate``, when given, is a condition over a block of the table's rows (aggregates of
+    ``t``, no join) that holds for every block holding a row that ``scope`` holds for: a
+    necessary condition, for speed only (the rows of a block it holds for are judged one by
+    one, as without it)."""
+
+    __slots__ = ("cases", "gate", "join", "scope", "table")
 
     def __init__(
         self,
@@ -367,8 +372,10 @@ class InsertRule:
         *,
         join: str = "",
         scope: str = "",
+        gate: str = "",
     ) -> None:
         self.table, self.cases, self.join, self.scope = table, cases, join, scope
+        self.gate = gate
 
 
 def _readable_rules() -> list[InsertRule]:
@@ -394,11 +401,35 @@ def _readable_rules() -> list[InsertRule]:
             f" OR ((instr({c}, '\\u') OR instr({c}, '\\U')) AND instr(lower({c}), '\\ud') > 0)"
             for c in (f"t.{column}" for column in columns)
         )
+        gate = _readable_gate(columns)
         if table == "cassette_actions":  # (one scan of the table for both)
             cases.insert(0, _CHECKPOINT_NAMED)  # (the guards refuse it first)
             prefilter += f" OR ({_CHECKPOINT_SCOPE})"
-        rules.append(InsertRule(table, tuple(cases), scope=prefilter))
+            gate += f" OR coalesce({_CHECKPOINT_GATE}, 0)"
+        rules.append(InsertRule(table, tuple(cases), scope=prefilter, gate=gate))
     return rules
+
+
+def _readable_gate(columns: tuple[str, ...]) -> str:
+    """The scope's terms over a block of rows. The longest text of the block, then, column
+    by column, the block's texts joined by spaces: a row's text is a run of the joined
+    text, its characters aligned as in the row's text alone (a space is one whole
+    character), so the joined text holds every digit-then-e/E, 19 digits in a row and
+    backslash that a row's text holds, as long as GLOB, which stops at a NUL, reads it to
+    its end (a NUL opens the block). Literal-led patterns as in the scope, each called once
+    per block instead of once per row."""
+    longest = ", ".join(f"coalesce(length(t.{c}), 0)" for c in columns)
+    longest = f"max({longest})" if len(columns) > 1 else longest
+    terms = [f"coalesce(max({longest}) > 2048, 0)"]
+    for column in columns:
+        x = f"group_concat(t.{column}, ' ')"
+        digit_e = " OR ".join(f"{x} GLOB '*{d}[eE]*'" for d in "0123456789")
+        terms.append(
+            f"coalesce({x} GLOB '*\\*' OR instr({x}, char(0))"
+            f" OR (({x} GLOB '*e*' OR {x} GLOB '*E*') AND ({digit_e}))"
+            f" OR {_NINETEEN_DIGITS.format(c=x)}, 0)"
+        )
+    return " OR ".join(terms)
 
 
 # 19 digits in a row, as ten patterns that each begin with a literal (SQLite skips to its
@@ -414,6 +445,7 @@ _CHECKPOINT_NAMED = (
     " AND k.plan_id = t.plan_id)",
 )
 _CHECKPOINT_SCOPE = "instr(t.metadata_json, 'checkpoint_id') > 0"
+_CHECKPOINT_GATE = "instr(group_concat(t.metadata_json, ' '), 'checkpoint_id') > 0"
 
 
 INSERT_RULES: Final[tuple[InsertRule, ...]] = (

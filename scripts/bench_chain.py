@@ -223,9 +223,11 @@ import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from catalytic_cassette.verify import Level, verify_path
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+cpu = time.process_time()
 start = time.perf_counter()
 report = verify_path({path!r}, level=Level({level!r}))
 elapsed = time.perf_counter() - start
+cpu = time.process_time() - cpu  # (every thread of the process)
 assert report.ok, report.findings[:3]
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 anon = 0
@@ -233,7 +235,7 @@ with open("/proc/self/status") as status:  # private memory, without mapped file
     for line in status:
         if line.startswith("RssAnon:"):
             anon = int(line.split()[1])
-print(json.dumps({{"rows": report.journal_rows, "seconds": elapsed,
+print(json.dumps({{"rows": report.journal_rows, "seconds": elapsed, "cpu_s": cpu,
                   "rows_per_s": report.journal_rows / elapsed,
                   "rss_before_kib": before, "rss_peak_kib": peak, "rss_anon_kib": anon}}))
 """

@@ -141,6 +141,7 @@ def main() -> None:
     )
     print(f"ledger {path}: {rows:,} journal rows, {os.path.getsize(path) / 2**20:,.0f} MiB")
     quick, full, unjudged, floor = [], [], [], []
+    load_before = f"{os.getloadavg()[0]:.2f}"
     for _ in range(args.reps):
         quick.append(measure_in_child(CHILD_VERIFY.format(root=root, path=path, level="quick")))
         full.append(measure_in_child(CHILD_VERIFY.format(root=root, path=path, level="full")))
@@ -165,6 +166,18 @@ def main() -> None:
         f"{median_range([m['rows_per_s'] for m in unjudged])}; time with/without the judge"
         f" {judged / bare:.3f}"
     )
+    # CPU seconds of the verifying process (both threads): steadier than the wall clock
+    # on a shared machine; their difference is the judge's own cost.
+    judged_cpu = statistics.median(m["cpu_s"] for m in full)
+    bare_cpu = statistics.median(m["cpu_s"] for m in unjudged)
+    print(
+        f"CPU s of a full verify with / without the judge (median): {judged_cpu:.2f} /"
+        f" {bare_cpu:.2f}; the judge's own cost {judged_cpu - bare_cpu:.2f} s"
+        f" ({(judged_cpu - bare_cpu) / rows * 1e6:.2f} us per journal row);"
+        f" quick {statistics.median(m['cpu_s'] for m in quick):.2f} (without the child"
+        " process that hashes its second half)"
+    )
+    print(f"load average before / after: {load_before} / {os.getloadavg()[0]:.2f}")
     print(f"floor (fetch, leaf, link): {median_range([m['rows_per_s'] for m in floor])}")
     print("pieces of a full verify, each alone (CPU seconds of this process):")
     for label, seconds in phases(path):

@@ -9,6 +9,9 @@ through the tables' own indexes), instead of a map of every row in Python during
 Each broken row is reported at its insert's journal seq (read through the journal's by-row
 index), as ``unlawful_history`` with the code the write path refuses it with, unless an
 earlier revision of the same row is reported already (the first unlawful seq per key).
+A rule with a gate (readable JSON) reads its table's rows one by one only in the blocks of
+rows its gate holds for: the gate, a necessary condition read once per block, is what
+makes the whole tables' texts cheap to judge.
 
 Time is the time check's (``timeline.py``): it judges each date against the ledger's time
 at its seq, across tables, and its ``time_backwards`` at a seq is the finding that names
@@ -20,6 +23,7 @@ the step's history then starts being unlawful there, not at the next claim.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -98,7 +102,11 @@ def broken_inserts(
     for table, column in law.DENSE:
         if run_id is not None and "run_id" not in TABLES[table].columns:
             continue
-        (rows, last) = conn.execute(f"SELECT count(*), max({column}) FROM main.{table}").fetchone()
+        # (two queries: each alone is answered without a scan of the table)
+        rows, last = (
+            conn.execute(f"SELECT {what} FROM main.{table}").fetchone()[0]
+            for what in ("count(*)", f"max({column})")
+        )
         if last is None or last == rows:  # (ids are positive and unique: dense)
             continue
         for (key,) in conn.execute(
@@ -114,24 +122,93 @@ def broken_inserts(
         spec = TABLES[rule.table]
         if run_id is not None and "run_id" not in spec.columns:
             continue
-        which = " ".join(f"WHEN {cond} THEN {i}" for i, (_, _, cond) in enumerate(rule.cases))
-        where = [f"({rule.scope})"] if rule.scope else []
-        if run_id is not None:
-            where.append("t.run_id IS ?")
-        # (the rowid, not the key: a covering index answers without the table's rows)
-        sql = (
-            f"SELECT r, b FROM (SELECT t.{spec.rowid} AS r, CASE {which} END AS b"
-            f" FROM main.{rule.table} AS t {rule.join}"
-            + (" WHERE " + " AND ".join(where) if where else "")
-            + f") WHERE b IS NOT NULL LIMIT {MAX_KEYS}"
-        )
-        for rowid, case in conn.execute(sql, (run_id,) if run_id is not None else ()).fetchall():
+        for rowid, case in broken_rows(conn, rule, run_id):
             code, text, _ = rule.cases[case]
             (key,) = conn.execute(
                 f"SELECT {spec.key} FROM main.{rule.table} WHERE {spec.rowid} = ?", (rowid,)
             ).fetchone()
             out.append((rule.table, key, code, text))
     return out
+
+
+def broken_rows(
+    conn: sqlite3.Connection, rule: law.InsertRule, run_id: str | None = None
+) -> list[tuple[int, int]]:
+    """(rowid, index of the first case that holds) of at most MAX_KEYS rows that break
+    ``rule`` (a gated rule's: the first in rowid order, as its scan without the gate
+    reads them); with ``run_id``, of that run's rows only."""
+    spec = TABLES[rule.table]
+    which = " ".join(f"WHEN {cond} THEN {i}" for i, (_, _, cond) in enumerate(rule.cases))
+    where = [f"({rule.scope})"] if rule.scope else []
+    if run_id is not None:
+        where.append("t.run_id IS ?")
+    params: tuple[Any, ...] = (run_id,) if run_id is not None else ()
+    if rule.gate:  # only the blocks of rows its gate holds for
+        where.append(f"t.{spec.rowid} BETWEEN ? AND ?")
+    # (the rowid, not the key: a covering index answers without the table's rows)
+    sql = (
+        f"SELECT r, b FROM (SELECT t.{spec.rowid} AS r, CASE {which} END AS b"
+        f" FROM main.{rule.table} AS t {rule.join}"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + f") WHERE b IS NOT NULL LIMIT {MAX_KEYS}"
+    )
+    if not rule.gate:
+        return [(int(r), int(b)) for r, b in conn.execute(sql, params)]
+    found: list[tuple[int, int]] = []
+    for block in _blocks(conn, rule, run_id):
+        found += ((int(r), int(b)) for r, b in conn.execute(sql, params + block))
+        if len(found) >= MAX_KEYS:
+            break
+    return found[:MAX_KEYS]
+
+
+# Rows a rule's gate is read for at once (``law.InsertRule.gate``): the gate's calls cost
+# once per block, not once per row; a smaller block opens fewer rows with each broken or
+# near one. Measured at 10^6 actions, the readable-JSON rule: 0.74-0.78 s of CPU at 512
+# and 1,024 rows a block, 0.82-0.84 s at 128, 0.77-0.85 s at 4,096, 2.1 s row by row.
+GATE_BLOCK = 512
+# A gate that opens more blocks than this share of those read is not worth its cost: the
+# rest of the table is judged row by row in one range.
+_GATE_OPENS = 0.25
+_WHOLE = (-(2**63), 2**63 - 1)
+
+
+def _blocks(
+    conn: sqlite3.Connection, rule: law.InsertRule, run_id: str | None
+) -> Iterator[tuple[int, int]]:
+    """The ranges of rowids whose rows a gated rule must read one by one, in rowid order:
+    the blocks of ``GATE_BLOCK`` ids its gate holds for, or every rowid when the ids are
+    too sparse for blocks to pay."""
+    rowid = f"t.{TABLES[rule.table].rowid}"
+    # (three queries: each alone is answered without a scan of the table)
+    low, high, rows = (
+        conn.execute(f"SELECT {what} FROM main.{rule.table} AS t").fetchone()[0]
+        for what in (f"min({rowid})", f"max({rowid})", "count(*)")
+    )
+    if type(low) is not int or type(high) is not int or high - low >= 2 * rows:
+        yield _WHOLE  # (empty, or sparse ids: as many blocks as ids would cost more)
+        return
+    # The blocks the gate holds for, in one statement: the thread reading them takes no
+    # interpreter lock between blocks (a walk in another thread holds it most of the time).
+    last = GATE_BLOCK - 1
+    opens = conn.execute(
+        f"WITH RECURSIVE b(low) AS (SELECT ? UNION ALL SELECT low + {GATE_BLOCK} FROM b"
+        f" WHERE low + {GATE_BLOCK} <= ?) SELECT low FROM b WHERE (SELECT {rule.gate}"
+        f" FROM main.{rule.table} AS t WHERE {rowid} BETWEEN b.low AND b.low + {last}"
+        + (" AND t.run_id IS ?" if run_id is not None else "")
+        + ")",
+        (low, high) + ((run_id,) if run_id is not None else ()),
+    )
+    try:
+        for opened, (start,) in enumerate(opens, 1):
+            read = (start - low) // GATE_BLOCK + 1
+            if opened > 8 and opened > _GATE_OPENS * read:  # the rest, row by row
+                yield start, _WHOLE[1]
+                return
+            yield start, min(start + last, high)
+    finally:
+        opens.close()  # (also when the caller has found enough rows)
+    # (rows below low or above high: none, by min and max)
 
 
 def _first_entries(conn: sqlite3.Connection, rows: set[tuple[str, Any]]) -> dict[Any, int]:
