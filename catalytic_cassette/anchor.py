@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import safe_files
 from .errors import CassetteError, ErrorCode
 from .note import Checkpoint, NoteError, open_note
-from .seals import SEAL_SUFFIX
+from .safe_files import SEAL_SUFFIX
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey

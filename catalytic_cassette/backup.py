@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import safe_files
 from .anchor import load_anchors
+from .backends import restore_by_copy, snapshot_replays_journal
 from .connection import connect_readonly
-from .errors import CassetteError, ErrorCode, translate
-from .postgresql import is_postgres_url
+from .errors import CassetteError, ErrorCode
+from .ledger import snapshot_into
 from .redaction import shown
 from .seals import check_origin, require_ledger, write_seal_file
 from .tree import StoredTree
@@ -45,20 +46,6 @@ def _refuse_existing(path: Path) -> None:
             )
     if not path.parent.is_dir():
         raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {path.parent}")
-
-
-def snapshot_into(source: sqlite3.Connection, path: Path) -> None:
-    """SQLite's online backup in one step (one read snapshot; writers keep going in WAL),
-    into the new file ``path``, complete on its own (rollback journal, not WAL)."""
-    try:
-        target = sqlite3.connect(path, isolation_level=None)
-        try:
-            source.backup(target)
-            target.execute("PRAGMA journal_mode = DELETE").fetchall()
-        finally:
-            target.close()
-    except sqlite3.Error as exc:
-        raise translate(exc) from exc
 
 
 def _copy(source: sqlite3.Connection, dest: Path) -> None:
@@ -131,7 +118,7 @@ def backup(
     # a PostgreSQL ledger exported by a copy into a new file (one snapshot of its journal).
     source = MessageCassette(source_path, clock=clock)
     try:
-        if is_postgres_url(os.fspath(source_path)):
+        if snapshot_replays_journal(source_path):
             # The export below replays the journal, so the copy holds the journal's rows,
             # not a row changed behind its back: the copy's verify cannot see such a
             # change, the server's ledger must pass its own first (a SQLite snapshot is
@@ -173,28 +160,6 @@ def backup(
     }
 
 
-def _require_empty_database(url: str) -> None:
-    """A restore never overwrites: a PostgreSQL destination holds no journal entry yet
-    (a database without a ledger is migrated by the copy)."""
-    from .postgresql import connection
-    from .postgresql.anchors import journal_size
-
-    try:
-        conn = connection.connect_reader(url)
-    except CassetteError as error:
-        if error.code is ErrorCode.NOT_A_CASSETTE and "no ledger" in error.message:
-            return
-        raise
-    try:
-        if journal_size(conn) > 0:
-            raise CassetteError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"{shown(url)} holds a ledger; restore never overwrites",
-            )
-    finally:
-        conn.close()
-
-
 def restore(
     source: str | os.PathLike[str],
     dest: str | os.PathLike[str],
@@ -212,15 +177,15 @@ def restore(
     safe_files.require_regular(backup_path, what="backup")
     seal_file = Path(seal) if seal is not None else seal_path_for(backup_path)
     target = Path(dest)
-    into_database = is_postgres_url(os.fspath(dest))
-    if into_database:
-        _require_empty_database(os.fspath(dest))
-    elif safe_files.lexists(target) or safe_files.lexists(f"{target}-wal"):
-        raise CassetteError(
-            ErrorCode.INVALID_ARGUMENT, f"{target} exists; restore never overwrites"
-        )
-    elif not target.parent.is_dir():
-        raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {target.parent}")
+    # restore never overwrites: a database must hold no journal entry yet (checked there)
+    into_database = restore_by_copy(dest)
+    if not into_database:
+        if safe_files.lexists(target) or safe_files.lexists(f"{target}-wal"):
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT, f"{target} exists; restore never overwrites"
+            )
+        if not target.parent.is_dir():
+            raise CassetteError(ErrorCode.CANNOT_OPEN, f"directory does not exist: {target.parent}")
     anchors = load_anchors(seal_file)
     report = verify_path(
         str(backup_path), anchors=anchors, seal_key=public_key, origin=origin, progress=progress

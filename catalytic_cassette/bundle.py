@@ -18,7 +18,7 @@ import orjson
 from . import merkle
 from .errors import CassetteError, ErrorCode
 from .note import Checkpoint, NoteError, open_note, parse_note
-from .proofs import chosen_seal
+from .proofs import SCOPES, chosen_seal
 
 if TYPE_CHECKING:
     import sqlite3
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from .proofs import ProofSource, Signer
 
 FORMAT = "catalytic-cassette/bundle@v1"
-SCOPES = {"session_id", "plan_id"}
 
 
 def export_lines(

@@ -6,7 +6,7 @@ import math
 import os
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import payloads
 from .connection import DEFAULT_BUSY_TIMEOUT_MS
@@ -92,6 +92,7 @@ def _ttl_ms(ttl_seconds: Any) -> int:
 
 
 T = TypeVar("T")
+M = TypeVar("M", bound="MessageCassette")
 
 
 def _made(inserted: sqlite3.Cursor) -> int:
@@ -172,6 +173,14 @@ class MessageCassette(LedgerFile):
     this cassette carries that worker's signed attestation (LAW.md, "Worker keys"), and
     claims, completions and releases are made only in that worker's name.
     """
+
+    @classmethod
+    def _postgresql_class(cls: type[M]) -> type[M]:
+        if cls is not MessageCassette:  # a subclass is not served by PostgreSQL's
+            return super()._postgresql_class()
+        from .postgresql.cassette import PgMessageCassette
+
+        return cast("type[M]", PgMessageCassette)
 
     def __init__(
         self,

@@ -6,7 +6,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import dependencies, metrics, payloads, plan_archive, plans, reasoning
 from .actions import (
@@ -57,12 +57,23 @@ SELECT {SELECT_COLUMNS} FROM cassette_actions
 """
 
 
+K = TypeVar("K", bound="CausalChain")
+
+
 class CausalChain(LedgerFile):
     """Actions linked by execution parent, in the same file and journal as the cassette.
 
     Opening loads nothing into memory; ``load_session`` builds a working set of one
     session's actions, and appends to a loaded session join it once committed.
     """
+
+    @classmethod
+    def _postgresql_class(cls: type[K]) -> type[K]:
+        if cls is not CausalChain:  # a subclass is not served by PostgreSQL's
+            return super()._postgresql_class()
+        from .postgresql.chain import PgCausalChain
+
+        return cast("type[K]", PgCausalChain)
 
     def __init__(
         self,

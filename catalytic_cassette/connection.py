@@ -16,7 +16,7 @@ from .clock import Clock, SystemClock
 from .errors import CassetteError, ErrorCode, translate
 from .hashing import sha256_hex, sql_functions
 from .migrate import apply_pending, current_version, schema_version
-from .postgresql import is_postgres_url
+from .targets import require_file
 from .temp_objects import TempSchema, refuse_foreign
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -61,11 +61,7 @@ def resolve_durability(durability: str | None) -> str:
 def _check_file(path: str) -> None:
     if path == ":memory:":
         return
-    if is_postgres_url(path):  # every SQLite open passes here: a URL is not a file
-        raise CassetteError(
-            ErrorCode.BACKEND_UNSUPPORTED,
-            "this command does not take a PostgreSQL ledger yet (docs: README, PostgreSQL)",
-        )
+    require_file(path)  # every SQLite open passes here: a URL is not a file
     # (os.path, not pathlib, here and below: pathlib's import would cost every open)
     # as pathlib reads it: "dir/" names dir, "" the current directory
     target = path.rstrip("/") or ("/" if path else ".")

@@ -17,89 +17,28 @@ the copy is refused.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, suppress
-from typing import Any, NamedTuple, Protocol
+from contextlib import suppress
+from typing import Any
 
 import orjson
 
+from .backends import open_destination as open_destination  # (re-exported: a copy's ends)
+from .backends import open_source as open_source
+from .copy_ends import Destination as Destination
+from .copy_ends import Entry as Entry
+from .copy_ends import Source as Source
 from .errors import CassetteError, ErrorCode
 from .hashing import ZERO_HASH, chain_hash, leaf_hash
 from .law import LEASE_CAP_MS
-from .postgresql import is_postgres_url
 from .redaction import shown
-
-
-class Entry(NamedTuple):
-    seq: int
-    body: str
-    leaf: bytes
-    chain: bytes
-
-
-class Source(Protocol):
-    """A ledger's journal read in one snapshot."""
-
-    def ledger_id(self) -> str: ...
-
-    def entries(self, start: int) -> Iterator[Entry]: ...
-
-    def tables(self) -> set[str]: ...
-
-    def close(self) -> None: ...
-
-
-class Destination(Protocol):
-    """A ledger being written in one transaction, one replayed write at a time."""
-
-    tables: frozenset[str]
-
-    def transaction(self) -> AbstractContextManager[object]: ...
-
-    def adopt_ledger_id(self, ledger_id: str) -> None:
-        """Take the source's identity, or refuse when the destination is another ledger."""
-        ...
-
-    def size(self) -> int: ...
-
-    def chain_at(self, seq: int) -> bytes: ...
-
-    def ledger_time(self) -> int: ...
-
-    def lease_expiry(self, step_id: int) -> int | None: ...
-
-    def write(self, at_ms: int, sql_kind: str, table: str, row: dict[str, Any]) -> list[Entry]:
-        """The write, dated ``at_ms``; the journal entries it made."""
-        ...
-
-    def close(self) -> None: ...
-
-
-def open_source(target: str) -> Source:
-    if is_postgres_url(target):
-        from .postgresql.copying import PgSource
-
-        return PgSource(target)
-    from .copying_sqlite import SqliteSource
-
-    return SqliteSource(target)
-
-
-def open_destination(target: str, durability: str | None, ledger_id: str) -> Destination:
-    if is_postgres_url(target):
-        from .postgresql.copying import PgDestination
-
-        return PgDestination(target, durability)
-    from .copying_sqlite import SqliteDestination
-
-    return SqliteDestination(target, durability, ledger_id)
+from .targets import names_file
 
 
 def copy_ledger(source: str, dest: str, *, durability: str | None = None) -> dict[str, Any]:
     """Copy ``source`` into ``dest`` (paths or postgresql:// URLs); what was copied."""
     if os.fspath(source) == os.fspath(dest):
         raise CassetteError(ErrorCode.INVALID_ARGUMENT, "a ledger is not copied onto itself")
-    made_file = not is_postgres_url(dest) and not os.path.lexists(dest)
+    made_file = names_file(dest) and not os.path.lexists(dest)
     reader = open_source(source)
     try:
         try:

@@ -11,7 +11,7 @@ from typing import Any
 from .clock import SystemClock
 from .connection import DEFAULT_BUSY_TIMEOUT_MS, connect, connect_reader, write_transaction
 from .connection import ledger_time as _ledger_time
-from .copying import Entry
+from .copy_ends import Entry
 from .errors import CassetteError, ErrorCode, translate
 from .worker_keys import ledger_id
 

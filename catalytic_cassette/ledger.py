@@ -17,8 +17,9 @@ from .connection import (
     read_transaction,
     write_transaction,
 )
+from .errors import CassetteError, ErrorCode, translate
 from .migrate import current_version
-from .postgresql import is_postgres_url
+from .targets import ledger_class
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -37,6 +38,20 @@ def default_db_path() -> str:
     return os.environ.get(DB_ENV) or DEFAULT_DB
 
 
+def snapshot_into(source: sqlite3.Connection, path: Path) -> None:
+    """SQLite's online backup in one step (one read snapshot; writers keep going in WAL),
+    into the new file ``path``, complete on its own (rollback journal, not WAL)."""
+    try:
+        target = sqlite3.connect(path, isolation_level=None)
+        try:
+            source.backup(target)
+            target.execute("PRAGMA journal_mode = DELETE").fetchall()
+        finally:
+            target.close()
+    except sqlite3.Error as exc:
+        raise translate(exc) from exc
+
+
 class LedgerFile:
     """Opens (creating and migrating if needed) the ledger; a context manager.
 
@@ -47,18 +62,25 @@ class LedgerFile:
     a PostgreSQL ledger has none and ignores it.
 
     A ``postgresql://`` URL instead of a path opens a PostgreSQL ledger: the class's
-    PostgreSQL counterpart is chosen here, once (``postgresql/ledgers.py``).
+    PostgreSQL counterpart (``_postgresql_class``) is chosen here, once, by
+    ``targets.ledger_class``.
     """
 
     def __new__(
         cls: type[L], db_path: str | os.PathLike[str] | None = None, *_: Any, **__: Any
     ) -> L:
         target = os.fspath(db_path) if db_path is not None else default_db_path()
-        if is_postgres_url(target):
-            from .postgresql.ledgers import postgres_class
+        return object.__new__(ledger_class(cls, target, cls._postgresql_class))
 
-            return object.__new__(postgres_class(cls))
-        return object.__new__(cls)
+    @classmethod
+    def _postgresql_class(cls: type[L]) -> type[L]:
+        """The class that serves this entry point on a PostgreSQL ledger: each ported
+        class names its counterpart (``PgLedger``'s classes serve themselves);
+        BACKEND_UNSUPPORTED for one not ported yet."""
+        raise CassetteError(
+            ErrorCode.BACKEND_UNSUPPORTED,
+            f"{cls.__name__} is not available on a PostgreSQL ledger yet",
+        )
 
     def __init__(
         self,
@@ -137,8 +159,6 @@ class LedgerFile:
     def export_snapshot(self, path: Path) -> None:
         """Write one snapshot of the ledger into the new file ``path``, complete on its
         own (SQLite's online backup; writers keep going)."""
-        from .backup import snapshot_into
-
         snapshot_into(self.conn, path)
 
     def write(self, tables: Iterable[str] | None = None) -> write_transaction:

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 CONSISTENCY_FORMAT = "catalytic-cassette/consistency-proof@v1"
+# the columns a bundle or a scoped proof may select by (never a caller's text)
+SCOPES = {"session_id", "plan_id"}
 
 
 def _checkpoint_of(note: bytes) -> Checkpoint:
@@ -62,7 +64,7 @@ class ProofSource(Protocol):
 
     def action_entries(self, scope: str, value: str) -> list[tuple[int, str]]:
         """(seq, body) of the journal entries of the actions whose ``scope`` column
-        (``bundle.SCOPES``, never a caller's text) is ``value``, in seq order."""
+        (``SCOPES``, never a caller's text) is ``value``, in seq order."""
         ...
 
     def tree(self) -> ProofTree: ...
@@ -109,8 +111,6 @@ class SqliteProofSource:
 
 def scope_column(scope: str) -> str:
     """A bundle's scope column, checked against the fixed set before it is spliced."""
-    from .bundle import SCOPES
-
     if scope not in SCOPES:
         raise CassetteError(ErrorCode.INVALID_ARGUMENT, f"scope must be one of {sorted(SCOPES)}")
     return scope

@@ -23,6 +23,7 @@ from .errors import CassetteError, ErrorCode
 
 # Size caps per kind of file, in bytes.
 SEAL_MAX_BYTES = 64 * 1024  # a checkpoint with at most 100 signature lines
+SEAL_SUFFIX = ".seal"  # how a seal file is named, and found in a directory
 KEY_MAX_BYTES = 64 * 1024  # a PEM key is a few hundred bytes
 PROOF_MAX_BYTES = 64 * 1024 * 1024  # an entry body (a 16 MiB payload, escaped) and a path
 ARTIFACT_MAX_BYTES = 1024 * 1024 * 1024  # the largest artifact stored or read

@@ -19,6 +19,8 @@ from . import safe_files, tree
 from .connection import ledger_time, read_transaction, write_transaction
 from .errors import CassetteError, ErrorCode
 from .note import Checkpoint, sign_note
+from .safe_files import SEAL_SUFFIX
+from .targets import names_file
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -26,7 +28,6 @@ if TYPE_CHECKING:
     from .verify.findings import Collector
 
 ORIGIN_PREFIX = "catalytic-cassette/ledger/"
-SEAL_SUFFIX = ".seal"
 _ORIGIN = re.compile(r"[^\s+]{1,200}")
 _UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -335,9 +336,7 @@ def _checkpoint(
 def require_ledger(path: str | os.PathLike[str]) -> None:
     """Sealing or backing up a file that does not exist must not create it. (A
     PostgreSQL URL names a database, whose ledger the open checks.)"""
-    from .postgresql import is_postgres_url
-
-    if is_postgres_url(os.fspath(path)):
+    if not names_file(path):
         return
     if os.fspath(path) != ":memory:" and not Path(path).is_file():
         raise CassetteError(ErrorCode.NOT_FOUND, f"no such ledger: {os.fspath(path)}")

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import multiprocessing
 import os
 import platform
@@ -50,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_raw
+from bench_common import cpu_model, filesystem, git_state, percentile, rate_line
 
 from catalytic_cassette import CassetteError, ErrorCode, MessageCassette, payloads
 from catalytic_cassette import cassette as cassette_module
@@ -112,12 +112,6 @@ def out(text: str = "") -> None:
     print(text, flush=True)
 
 
-def rate_line(samples: list[float], unit: str = "/s") -> str:
-    return (
-        f"{statistics.median(samples):,.0f}{unit} (range {min(samples):,.0f}-{max(samples):,.0f})"
-    )
-
-
 def ms_line(samples: list[float]) -> str:
     return (
         f"{statistics.median(samples) * 1e3:,.1f} ms "
@@ -127,11 +121,6 @@ def ms_line(samples: list[float]) -> str:
 
 def ratio(samples: Samples, a: str, b: str) -> float:
     return statistics.median(samples[a]) / statistics.median(samples[b])
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 def interleave(contenders: dict[str, Callable[[], float]], reps: int) -> Samples:
@@ -1123,59 +1112,6 @@ def workload_bytes(
 
 
 # --------------------------------------------------------------------- setup
-
-
-def git_state() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [
-                "git",
-                "-C",
-                str(ROOT),
-                "status",
-                "--porcelain",
-                "--",
-                "catalytic_cassette",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split("\n")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    changed = [line[3:] for line in dirty if line.strip()]
-    return head + (f" + uncommitted changes to {', '.join(changed)}" if changed else "")
-
-
-def filesystem(path: Path) -> str:
-    best, kind = "", "?"
-    try:
-        with open("/proc/mounts") as mounts:
-            for line in mounts:
-                fields = line.split()
-                mount = fields[1]
-                if str(path.resolve()).startswith(mount) and len(mount) > len(best):
-                    best, kind = mount, f"{fields[2]} on {fields[0]}"
-    except OSError:
-        pass
-    return kind
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def print_setup(report: Report, args: argparse.Namespace, scratch: Path, huey_version: str) -> None:

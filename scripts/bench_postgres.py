@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pg_cluster
 import psycopg
-from bench import cpu_model, filesystem, git_state, percentile, rate_line
+from bench_common import cpu_model, filesystem, git_state, percentile, rate_line
 from psycopg import sql
 
 from catalytic_cassette import CassetteError, ErrorCode, MessageCassette, payloads

@@ -48,29 +48,13 @@ def _reading(ctx: click.Context) -> Iterator[sqlite3.Connection]:
 @contextmanager
 def _proving(ctx: click.Context) -> Iterator[ProofSource]:
     """What proofs are built from, read-only: proving never creates or changes a ledger.
-    The backend is chosen here, when the ledger is opened."""
-    from ..postgresql import is_postgres_url
+    The backend is chosen by ``backends``, when the ledger is opened."""
+    from ..backends import open_proof_source
 
     settings = ctx.find_object(Settings)
     assert settings is not None
-    if is_postgres_url(settings.db):
-        from ..postgresql import connection
-        from ..postgresql.anchors import PgProofSource
-
-        pg = connection.connect_reader(settings.db)
-        try:
-            yield PgProofSource(pg)
-        finally:
-            pg.close()
-        return
-    from ..connection import connect_reader
-    from ..proofs import SqliteProofSource
-
-    conn = connect_reader(settings.db)
-    try:
-        yield SqliteProofSource(conn)
-    finally:
-        conn.close()
+    with open_proof_source(settings.db) as source:
+        yield source
 
 
 def _write_or_print(data: bytes, out: str | None, summary: dict[str, object]) -> None:

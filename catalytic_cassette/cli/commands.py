@@ -431,10 +431,11 @@ def verify(
     if against is not None and (public_key is None or origin is None):
         raise click.UsageError("--against needs --public-key and --origin to pin the seals")
     if session is not None:
-        from .live_commands import verify_session
+        from .verify_session import verify_session
 
         verify_session(
             ctx,
+            settings.db,
             session,
             as_json=as_json,
             against=against,
@@ -515,12 +516,10 @@ def verify(
 @contextmanager
 def _progress(db: str) -> Iterator[Callable[[int], None] | None]:
     """A progress bar on stderr when it is a terminal and the journal is long."""
-    from ..postgresql import is_postgres_url
-    from ..tree import journal_size
+    from ..backends import journal_length_unopened
     from .output import progress_bar
 
-    # (a PostgreSQL ledger's length is not read before its snapshot: no bar)
-    total = journal_size(db) if sys.stderr.isatty() and not is_postgres_url(db) else 0
+    total = journal_length_unopened(db) if sys.stderr.isatty() else 0
     with progress_bar(total, "verifying journal") as update:
         yield update
 
@@ -530,17 +529,11 @@ def _progress(db: str) -> Iterator[Callable[[int], None] | None]:
 @click.pass_context
 def migrate(ctx: click.Context, check: bool) -> None:
     """Apply pending schema migrations in one transaction (a failure changes nothing)."""
-    from ..migrate import current_version, pending_versions
-    from ..postgresql import is_postgres_url
+    from ..backends import pending_migrations
 
     settings = ctx.find_object(Settings)
     assert settings is not None
-    if is_postgres_url(settings.db):  # the backend is chosen here, when the ledger is opened
-        from ..postgresql import connection, sqlfiles
-
-        pending, latest = connection.pending_versions(settings.db), len(sqlfiles.migrations())
-    else:
-        pending, latest = pending_versions(settings.db), current_version()
+    pending, latest = pending_migrations(settings.db)
     if check:
         emit({"db": _shown(settings.db), "latest": latest, "pending": pending})
         if pending:
@@ -571,7 +564,9 @@ def demo(ctx: click.Context, demo_db: str | None, keep: bool, workers: int) -> N
     root = ctx.parent
     named = root is not None and root.get_parameter_source("db") is not ParameterSource.DEFAULT
     if named and settings is not None:  # `cassette --db PATH demo` (or CASSETTE_DB)
-        if settings.db.startswith(("postgresql://", "postgres://")):
+        from ..targets import names_file
+
+        if not names_file(settings.db):
             raise click.UsageError("the demo writes a SQLite file: give --db a file name")
         if demo_db is not None and demo_db != settings.db:
             raise click.UsageError(f"two ledgers named: --db {settings.db} and demo --db {demo_db}")

@@ -15,7 +15,6 @@ from click.core import ParameterSource
 from .anchor_commands import (
     _proving,
     _read_seal,
-    _reading,
     _signer_options,
     _write_or_print,
     seal_signer,
@@ -119,25 +118,13 @@ def validate_chain(ctx: click.Context, action_id: str) -> None:
 
 @contextmanager
 def _journal(ctx: click.Context) -> Iterator[JournalReader]:
-    """Polls of the journal, read-only; the backend is chosen here, when it is opened."""
-    from ..postgresql import is_postgres_url
+    """Polls of the journal, read-only; ``backends`` chooses the reader of the ledger."""
+    from ..backends import open_journal_reader
 
     settings = ctx.find_object(Settings)
     assert settings is not None
-    if is_postgres_url(settings.db):
-        from ..postgresql import connection
-        from ..postgresql.anchors import journal_reader
-
-        pg = connection.connect_reader(settings.db)
-        try:
-            yield journal_reader(pg)
-        finally:
-            pg.close()
-        return
-    from ..follow import read_after
-
-    with _reading(ctx) as conn:
-        yield lambda since, limit: read_after(conn, since, limit)
+    with open_journal_reader(settings.db) as read:
+        yield read
 
 
 def _journaled_tables() -> frozenset[str]:
@@ -281,57 +268,6 @@ def verify_bundle_command(
         click.echo(f"FAIL: {result['problem']}", err=True)
         ctx.exit(1 if result["problem"] in ("bad_entry", "bad_signature") else EXIT_CANNOT_VERIFY)
     click.echo(f"PASS: {result['entries']} entries proven under the seal", err=True)
-
-
-def verify_session(
-    ctx: click.Context,
-    session_id: str,
-    *,
-    as_json: bool,
-    against: str | None,
-    seal_key_path: str | None,
-    origin: str | None,
-    action_key_path: str | None,
-) -> None:
-    """`cassette verify --session S`: one session, without reading the rest of the file."""
-    from ..session_verify import verify_session_path
-    from ..signing import load_public
-
-    settings = ctx.find_object(Settings)
-    assert settings is not None
-    # Under `verify`, a refusal here exits 3 (the boundary): nothing was checked.
-    seal_key = load_public(seal_key_path) if against and seal_key_path else None
-    key = load_public(action_key_path) if action_key_path is not None else None
-    anchors = None
-    if against is not None:
-        from ..anchor import load_anchors
-
-        anchors = load_anchors(against)
-    report = verify_session_path(
-        settings.db,
-        session_id,
-        public_key=key,
-        anchors=anchors,
-        seal_key=seal_key,
-        origin=origin,
-    )
-    if as_json:
-        emit(report.to_dict())
-    else:
-        for f in report.findings:
-            where = f" seq={f['seq']}" if f["seq"] is not None else ""
-            click.echo(f"error: {f['kind']}{where} action[{f['action_id']}]: {f['detail']}")
-        for anchor in report.anchors:
-            click.echo(f"anchor: {anchor['status']} size={anchor['size']} {anchor['path']}")
-        for note in report.notes:
-            click.echo(f"note: {note}")
-    if not report.ok:
-        click.echo(f"FAIL: {len(report.findings)} issue(s) found", err=True)
-        ctx.exit(1)
-    if report.unverifiable:
-        click.echo("CANNOT VERIFY: an anchor could not be checked", err=True)
-        ctx.exit(EXIT_CANNOT_VERIFY)
-    click.echo(f"PASS: session {session_id} verified ({report.actions} actions)", err=True)
 
 
 @click.command()

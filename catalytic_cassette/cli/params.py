@@ -109,8 +109,10 @@ class InputLedger(InputFile):
         super().__init__("ledger", follow_link=True)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from ..targets import names_file  # (here: converting is when a ledger is named)
+
         text = str(value)
-        if text.startswith(("postgresql://", "postgres://")):
+        if not names_file(text):
             return text
         return super().convert(value, param, ctx)
 
@@ -182,8 +184,10 @@ class OutputPath(click.Path):
         self.database_ok = database_ok
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from ..targets import names_file
+
         text = str(value)
-        if self.database_ok and text.startswith(("postgresql://", "postgres://")):
+        if self.database_ok and not names_file(text):
             return text  # a ledger in a database: the open checks it
         from pathlib import Path  # (here, not at import: every command imports this module)
 

@@ -5,9 +5,7 @@ names PostgreSQL."""
 
 from __future__ import annotations
 
-URL_PREFIXES = ("postgresql://", "postgres://")
+# (which targets are PostgreSQL's is told by ``targets``, the one test of a target's kind)
+from ..targets import URL_PREFIXES, is_postgres_url
 
-
-def is_postgres_url(target: str) -> bool:
-    """Whether ``--db`` / ``CASSETTE_DB`` names a PostgreSQL ledger instead of a file."""
-    return target.startswith(URL_PREFIXES)
+__all__ = ["URL_PREFIXES", "is_postgres_url"]

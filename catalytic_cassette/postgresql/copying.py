@@ -11,9 +11,10 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from ..connection import DEFAULT_BUSY_TIMEOUT_MS, resolve_durability
-from ..copying import Entry
+from ..copy_ends import Entry
 from ..copying_sqlite import require_columns
 from ..errors import CassetteError, ErrorCode
+from ..redaction import shown
 from . import connection
 from .anchors import journal_size, ledger_id
 from .sqlfiles import query
@@ -134,3 +135,22 @@ def _statement(
         columns=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
         values=sql.SQL(", ").join(sql.Placeholder(c) for c in columns),
     )
+
+
+def require_no_journal(url: str) -> None:
+    """A restore never overwrites: a PostgreSQL destination holds no journal entry yet
+    (a database without a ledger is migrated by the copy)."""
+    try:
+        conn = connection.connect_reader(url)
+    except CassetteError as error:
+        if error.code is ErrorCode.NOT_A_CASSETTE and "no ledger" in error.message:
+            return
+        raise
+    try:
+        if journal_size(conn) > 0:
+            raise CassetteError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{shown(url)} holds a ledger; restore never overwrites",
+            )
+    finally:
+        conn.close()

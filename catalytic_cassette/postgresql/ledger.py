@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ..errors import CassetteError, ErrorCode
 from . import connection, sqlfiles
@@ -31,9 +31,17 @@ def unsupported(what: str) -> NoReturn:
     )
 
 
+P = TypeVar("P", bound="PgLedger")
+
+
 class PgLedger:
     """Mixed in before the SQLite class it stands in for (``PgMessageCassette``,
     ``PgCausalChain``): these override ``LedgerFile``'s methods."""
+
+    @classmethod
+    def _postgresql_class(cls: type[P]) -> type[P]:
+        """A PostgreSQL class serves itself (``LedgerFile._postgresql_class``)."""
+        return cls
 
     db_path: str
     pg: psycopg.Connection[Any]

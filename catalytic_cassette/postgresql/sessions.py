@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from ..anchor import Anchor
-    from ..session_verify import SessionReport
+    from ..session_checks import SessionReport
 
 
 def verify_session_url(
@@ -28,7 +28,7 @@ def verify_session_url(
     """As ``session_verify.verify_session_path``: a ledger that is not current is
     NOT_A_CASSETTE or SCHEMA_OUTDATED (``connection.connect_reader``). The tree an
     anchor is checked against is the one the bodies hash to (``anchors.bodies_tree``)."""
-    from ..session_verify import verify_session_of
+    from ..session_checks import verify_session_of
 
     conn = connection.connect_reader(url)
     try:

@@ -462,12 +462,11 @@ def verify_path(
     from dataclasses import replace
 
     from ..artifacts import default_root
-    from ..postgresql import is_postgres_url
+    from ..backends import server_verify
 
-    if is_postgres_url(path):  # a PostgreSQL ledger: its own reads, the same checks
-        from ..postgresql.verify import verify_url
-
-        return verify_url(path, options, **overrides)
+    on_server = server_verify(path)
+    if on_server is not None:  # a PostgreSQL ledger: its own reads, the same checks
+        return on_server(path, options, **overrides)
     options = replace(options or VerifyOptions(), **overrides)
     if options.artifact_root is None:  # artifacts are looked up by hash in <file>.artifacts
         options = replace(options, artifact_root=Path(default_root(path)))
