@@ -253,39 +253,6 @@ def template_empty_ours(server: Server, name: str) -> None:
     server.settle(name, empty=True)
 
 
-# The migration that writes the head once per transaction; a template migrated only to
-# the one before it is the ledger as it was (the head UPDATEd per entry), for a lever
-# measured in the same run.
-HEAD_AT_COMMIT = "head_at_commit"
-
-
-def template_head_per_entry(server: Server, name: str) -> bool:
-    """A ledger migrated up to the migration before HEAD_AT_COMMIT (False: none here).
-    Opened through the package it would be migrated on, so it is written by plain SQL."""
-    from catalytic_cassette.postgresql import sqlfiles
-
-    shipped = sqlfiles.migrations()
-    cut = next((m.version for m in shipped if m.name == HEAD_AT_COMMIT), None)
-    if cut is None:
-        return False
-    with psycopg.connect(server.create(name), autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE cassette_migrations (version integer PRIMARY KEY,"
-            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for migration in shipped:
-            if migration.version >= cut:
-                break
-            with conn.transaction():
-                conn.execute(migration.sql.encode("utf-8"))
-                conn.execute(
-                    "INSERT INTO cassette_migrations (version, name) VALUES (%s, %s)",
-                    (migration.version, migration.name),
-                )
-    server.settle(name, empty=True)
-    return True
-
-
 def template_empty_procrastinate(server: Server, name: str) -> None:
     url = server.create(name)
 
@@ -856,18 +823,11 @@ def workload_post(server: Server, args: argparse.Namespace, report: dict[str, An
         f"procrastinate batch {batch}": ("tpl_post_procrastinate", proc(True)),
     }
     # The batch levers, one at a time (the post query in SQL, no package on top):
-    # pipelined or not, on this ledger or on one whose head moves per entry.
+    # pipelined or not.
     levers = {
         "sql, pipelined": ("tpl_post_ours", ours_sql(True)),
         "sql, round trip per item": ("tpl_post_ours", ours_sql(False)),
     }
-    server.drop("tpl_post_head_per_entry")
-    if template_head_per_entry(server, "tpl_post_head_per_entry"):
-        levers["sql, pipelined, head per entry"] = ("tpl_post_head_per_entry", ours_sql(True))
-        levers["sql, round trip per item, head per entry"] = (
-            "tpl_post_head_per_entry",
-            ours_sql(False),
-        )
     contenders.update({f"ours batch {batch} ({k})": v for k, v in levers.items()})
     samples: Samples = {name: [] for name in contenders}
     for _ in range(args.reps):

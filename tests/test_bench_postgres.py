@@ -58,7 +58,7 @@ def test_bench_postgres_quick_run(tmp_path: Path) -> None:
         "post procrastinate batch",
         "post raw batch",
         "(sql, round trip per item)",
-        "(sql, pipelined, head per entry)",
+        "(sql, pipelined)",
         "lever, batch",
         "complete_and_claim",
         "commit of a one-row insert",

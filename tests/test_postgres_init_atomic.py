@@ -17,6 +17,7 @@ from catalytic_cassette.postgresql import connection, sqlfiles
 from catalytic_cassette.verify import verify_path
 
 from . import postgres
+from .pg_later import later_migration
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -101,8 +102,9 @@ def test_an_owner_without_createrole_is_refused_before_anything(
     weak_owner: str, database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The owner's own login, and a superuser migrating for it: PERMISSION_DENIED, the
-    catalog as it was. With the check bypassed, the migration that creates the roles
-    fails half-way and everything before it (0001's tables) is rolled back with it."""
+    catalog as it was. With the check bypassed, the baseline fails half-way where it
+    creates the roles (schema/70_roles.sql), and everything before it (the tables and
+    functions) is rolled back with it."""
     owned_by(database, weak_owner)
     before = dump(database)
     for url in (as_role(database, weak_owner), database):
@@ -115,7 +117,8 @@ def test_an_owner_without_createrole_is_refused_before_anything(
 
     monkeypatch.setattr(connection, "_become_owner", without_checks)
     error = refused(as_role(database, weak_owner))
-    assert error.code is ErrorCode.MIGRATION_FAILED and "migration 2 " in error.message
+    assert error.code is ErrorCode.MIGRATION_FAILED and "migration 1 " in error.message
+    assert "permission denied to create role" in error.message
     assert dump(database) == before
 
 
@@ -178,32 +181,44 @@ def fault(url: str, command: str, identity: str) -> Iterator[None]:
 
 
 def test_a_migration_failing_half_way_leaves_an_empty_database_empty(database: str) -> None:
-    """0009 fails at its commit-time follower, after its other functions are made."""
+    """The baseline fails at a trigger of the steps (schema/30_steps.sql), after the
+    ledger's, the messages' and the steps' tables and functions are made."""
     before = dump(database)
-    with fault(database, "CREATE TRIGGER", "cassette_head_follow"):
+    with fault(database, "CREATE TRIGGER", "cassette_steps_update"):
         error = refused(database)
-        assert error.code is ErrorCode.MIGRATION_FAILED and "migration 9 " in error.message
+        assert error.code is ErrorCode.MIGRATION_FAILED and "migration 1 " in error.message
         assert "the injected fault" in error.message
         assert dump(database) == before
     MessageCassette(database).close()  # (and then it migrates, whole)
     assert verify_path(database).ok
 
 
+# A later migration whose last statement the fault refuses (its others change nothing the
+# catalog describes, so the upgraded ledger verifies against the snapshot).
+LATER = """
+CREATE FUNCTION cassette_later_count() RETURNS bigint
+LANGUAGE sql AS $$ SELECT count(*) FROM cassette_steps $$;
+ALTER FUNCTION cassette_steps_update() SET search_path = public, pg_temp;
+DROP FUNCTION cassette_later_count();
+"""
+
+
 def test_a_failing_upgrade_leaves_the_ledger_as_it_was(
     database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A ledger at 16 with a message; 0017, which drops the head's columns and triggers,
-    fails at its last statement: the ledger is at 16 as it was, and opens at 16 again."""
-    every = sqlfiles.migrations()
-    with monkeypatch.context() as patch:
-        patch.setattr(sqlfiles, "migrations", lambda: every[:16])
-        with MessageCassette(database) as cassette:
-            cassette.post_message({"jobs": [{"intent": "a", "steps": [{}]}]}, "r", "USER")
+    """A ledger at the baseline with a message; a later migration fails at its ALTER
+    FUNCTION: the ledger is at the baseline as it was, and opens there again."""
+    shipped = len(sqlfiles.migrations())
+    with MessageCassette(database) as cassette:
+        cassette.post_message({"jobs": [{"intent": "a", "steps": [{}]}]}, "r", "USER")
     before = dump(database)
-    with fault(database, "ALTER FUNCTION", "cassette_steps_update()"):
-        error = refused(database)
-        assert error.code is ErrorCode.MIGRATION_FAILED and "migration 17 " in error.message
-        assert dump(database) == before
-    with MessageCassette(database) as cassette:  # (upgraded now, the message kept)
-        assert cassette.schema_version == len(every)
-    assert verify_path(database).ok
+    with later_migration(monkeypatch, LATER) as later:
+        with fault(database, "ALTER FUNCTION", "cassette_steps_update()"):
+            error = refused(database)
+            assert error.code is ErrorCode.MIGRATION_FAILED
+            assert f"migration {later.version} " in error.message
+            assert dump(database) == before
+        with MessageCassette(database) as cassette:  # (upgraded now, the message kept)
+            assert cassette.schema_version == later.version == shipped + 1
+            assert cassette.status("r")["steps"]["PENDING"] == 1
+        assert verify_path(database).ok

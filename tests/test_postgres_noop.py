@@ -505,21 +505,3 @@ def test_a_well_formed_tail_of_another_transaction_is_ignored(seeded: str) -> No
         worker.execute(WRITES["cassette_worker"])
         journal_end(worker)  # asserts the chain whole
     assert verify_path(seeded).ok
-
-
-def test_the_idle_poll_benchmark_runs(pg_server: str, capsys: pytest.CaptureFixture[str]) -> None:
-    import sys
-
-    from . import postgres
-
-    sys.path.insert(0, str(postgres.SCRIPTS))  # for the benchmark's spawned processes too
-    try:
-        import bench_noop_pg
-
-        argv = [pg_server, "--seconds", "0.2", "--rounds", "1", "--pollers", "1", "--batch", "5"]
-        assert bench_noop_pg.main(argv) == 0
-    finally:
-        sys.path.remove(str(postgres.SCRIPTS))
-    printed = capsys.readouterr().out
-    assert "through 0011 (baseline)" in printed and "through 0012" in printed
-    assert "one transaction of 5 posts" in printed

@@ -3,7 +3,8 @@
 No tree node is stored on PostgreSQL yet: the tree is rebuilt from the journal's bodies
 (each leaf recomputed, each link of the chain checked) whenever a seal or a proof needs
 it, O(size) hashes, in a snapshot read without the head's lock. The server then checks a
-new seal's root again against the leaves it holds (``cassette_seals_insert``, 0003).
+new seal's root again against the leaves it holds (``cassette_seals_insert``,
+schema/50_journal.sql).
 """
 
 from __future__ import annotations

@@ -96,8 +96,9 @@ class PgMessageCassette(PgLedger, MessageCassette):
 
     def _repeats(self, prepared: list[Any]) -> list[tuple[int, int]] | None:
         """Each item's ids when every item repeats a committed post under its key, with the
-        same source and payload: nothing to attest or write, so no head is taken (0012).
-        Otherwise None, and the signed path decides (a conflict is refused there)."""
+        same source and payload: nothing to attest or write, so no head is taken
+        (schema/20_messages.sql). Otherwise None, and the signed path decides (a conflict
+        is refused there)."""
         if any(item[4] is None for item in prepared):
             return None
         asked = [
@@ -148,7 +149,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
                 "claim", run_id=run_id, worker_id=worker_id, n=min(n, 2**31 - 1), ttl_ms=ttl
             )
         elif not self._fetch("run_has_pending", run_id=run_id)[0][0]:
-            rows = []  # nothing to claim: no head taken, nothing signed (0012)
+            rows = []  # nothing to claim: no head taken, nothing signed (schema/30_steps.sql)
         else:
             with self._writing() as conn:
                 signer = _Signer(conn, key)
@@ -298,7 +299,7 @@ class PgMessageCassette(PgLedger, MessageCassette):
         if self.worker_key is None:
             rows = self._write("requeue", **requeue)
         elif step_id is None and not self._fetch("run_has_lease_due", run_id=run_id)[0][0]:
-            rows = []  # no lease due: no head taken, nothing signed (0012)
+            rows = []  # no lease due: no head taken, nothing signed (schema/30_steps.sql)
         else:  # whoever requeues signs each expired lease it ends, before ending them
             with self._writing() as conn:
                 signer = _Signer(conn, self.worker_key)

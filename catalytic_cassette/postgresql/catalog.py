@@ -16,7 +16,8 @@ major, because the server prints the definitions it describes (``pg_get_indexdef
 ``pg_get_triggerdef``, ``pg_get_constraintdef``, ...) in its own words, which a new
 major may change: a snapshot of another major would report false tampering, so verify
 compares only with the server's own (``for_server``) and says when there is none.
-Regenerate (or add, run against a server of another major) after changing a migration::
+Regenerate (or add, run against a server of another major) whenever what the migrations
+make changes (the schema files with the baseline made from them, or a new migration)::
 
     CASSETTE_REGENERATE_CATALOG=1 python -m pytest tests/test_postgres_verify.py -k catalog
 

@@ -101,8 +101,8 @@ class PgCausalChain(PgLedger, CausalChain):
         """``_call_append`` in the caller's transaction, each row first given what SQLite's
         ``_insert_one`` gives it: suggested causes read at the row's time, then the
         signature of the row as it will be stored. Both need the row's time before it is
-        sent: the head is taken first (``append_time``, migration 0008), which fixes the
-        transaction's time and lets nothing else commit until this one does."""
+        sent: the head is taken first (``cassette_append_time``, schema/10_ledger.sql),
+        which fixes the transaction's time and lets nothing else commit until this one does."""
         if suggest is None and self._signing_key is None:
             return _call_append(conn, prepared)
         got = conn.execute(query("append_time")).fetchone()

@@ -178,7 +178,22 @@ def applied_version(conn: psycopg.Connection[Any]) -> int | None:
     if not exists or not exists[0]:
         return None
     row = conn.execute(sqlfiles.query("applied_version")).fetchone()
-    return int(row[0]) if row else 0
+    if row is None:
+        return 0
+    require_released([(1, row[1])] if row[1] is not None else [])
+    return int(row[0])
+
+
+def require_released(recorded: list[tuple[int, str]]) -> None:
+    """Refuse a ledger made by a development build before the baseline migration
+    (SCHEMA_UNRELEASED): its recorded migrations are not the baseline's, and none of
+    them was released, so no path leads from it to this schema. Nothing is changed."""
+    if recorded and recorded[0] == sqlfiles.PRE_BASELINE:
+        raise CassetteError(
+            ErrorCode.SCHEMA_UNRELEASED,
+            "this ledger was made by a development build before the 0.1.0 baseline"
+            " migration; it cannot be opened, migrated or verified by this package",
+        )
 
 
 def _require_current(conn: psycopg.Connection[Any]) -> None:
@@ -251,9 +266,9 @@ def migrate(conn: psycopg.Connection[Any]) -> int:
     return latest
 
 
-# The first migration that creates roles (0002): from an earlier version the owner needs
-# CREATEROLE.
-_ROLES_MIGRATION = 2
+# The first migration that creates roles (the baseline: schema/70_roles.sql): from an
+# earlier version the owner needs CREATEROLE.
+_ROLES_MIGRATION = 1
 
 
 def _become_owner(conn: psycopg.Connection[Any], version: int) -> None:

@@ -87,7 +87,8 @@ class PgDestination:
                 "the destination database holds another ledger (its ledger_id differs): copy"
                 " into an empty ledger, or into an earlier copy of the same ledger",
             )
-        # an empty ledger takes its identity from its first entry's source (0001's rule)
+        # an empty ledger takes its identity from its first entry's source (the meta
+        # guard's rule, schema/10_ledger.sql)
         self.conn.execute(query("adopt_ledger_id"), {"ledger_id": wanted})
 
     def size(self) -> int:

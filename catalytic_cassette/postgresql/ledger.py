@@ -154,7 +154,7 @@ class PgLedger:
 
     def journal_size(self) -> int:
         """The number of journal entries, counted in the journal (its last entry is its
-        end; the head keeps no count since migration 0017)."""
+        end; the head keeps no count: schema/10_ledger.sql)."""
         from .anchors import journal_size
 
         return journal_size(self.pg)

@@ -100,6 +100,7 @@ def _verify(conn: psycopg.Connection[Any], options: VerifyOptions) -> VerifyRepo
     if not {"cassette_migrations", "cassette_journal"} <= found:
         raise CassetteError(ErrorCode.NOT_A_CASSETTE, "the database holds no ledger")
     recorded = [(int(v), str(n)) for v, n in conn.execute(query("verify_migrations"))]
+    connection.require_released(recorded)
     shipped = [(m.version, m.name) for m in sqlfiles.migrations()]
     version = max((v for v, _ in recorded), default=0)
     latest = len(shipped)
@@ -267,8 +268,8 @@ def _check_head(
     conn: psycopg.Connection[Any], out: Collector, exists: bool
 ) -> list[tuple[Any, ...]]:
     """The head is one row; its rows as read. It holds the chain's lock and the ledger's
-    clock, not the journal's end (migration 0017: the journal's last entry is that, read
-    by the guard); its time is checked with the rows' (``_check_head_time``)."""
+    clock, not the journal's end (schema/10_ledger.sql: the journal's last entry is that,
+    read by the guard); its time is checked with the rows' (``_check_head_time``)."""
     heads = conn.execute(query("verify_head")).fetchall() if exists else []
     if len(heads) != 1:
         out.add(

@@ -27,7 +27,10 @@ SET default_transaction_read_only = on;
 SELECT to_regclass('public.cassette_migrations') IS NOT NULL;
 
 -- name: applied_version
-SELECT coalesce(max(version), 0) FROM cassette_migrations;
+-- The version reached, and the name recorded for version 1 (a development build before
+-- the baseline recorded another: sqlfiles.PRE_BASELINE).
+SELECT coalesce(max(version), 0), (SELECT name FROM cassette_migrations WHERE version = 1)
+  FROM cassette_migrations;
 
 -- name: migration_lock
 -- Held to the end of the migrations' one transaction: hosts opening a ledger at once
@@ -36,8 +39,9 @@ SELECT pg_advisory_xact_lock(%(key)s);
 
 -- name: migration_owner
 -- Who the migrations run as (the database's owner) and the powers they use: whether this
--- session may become it, CREATEROLE for the roles (0002), CREATE in schema public, and
--- the schema's owner (0006 revokes CREATE on it from PUBLIC, which only its owner can).
+-- session may become it, CREATEROLE for the roles (schema/70_roles.sql), CREATE in schema
+-- public, and the schema's owner (70_roles.sql revokes CREATE on it from PUBLIC, which
+-- only its owner can).
 SELECT pg_get_userbyid(d.datdba), o.rolsuper, o.rolcreaterole,
        pg_has_role(current_user, d.datdba, 'MEMBER'),
        has_schema_privilege(d.datdba, 'public', 'CREATE'),

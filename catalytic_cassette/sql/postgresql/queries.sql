@@ -62,7 +62,7 @@ SELECT coalesce(max(message_id), 0) + 1 FROM cassette_messages;
 SELECT message_id FROM cassette_messages
  WHERE run_id = %(run_id)s AND idempotency_key = %(idempotency_key)s;
 
--- Before a signed post, claim or requeue takes the head: is there anything to do (0012)?
+-- Before a signed post, claim or requeue takes the head: is there anything to do (schema/30_steps.sql)?
 -- Each a statement of its own, so its snapshot holds every commit made before it.
 
 -- name: posted_under_key
@@ -87,7 +87,7 @@ SELECT step_id, fencing_token FROM cassette_steps
  ORDER BY step_id;
 
 -- name: steps_by_status
--- Each count through an index (migration 0015: none holds every step by run and status):
+-- Each count through an index (schema/30_steps.sql: none holds every step by run and status):
 -- PENDING and LEASED through their partial indexes, COMMITTED as the run's receipts (a
 -- step is COMMITTED exactly when its receipt exists, and a receipt's run is its step's).
 SELECT 'PENDING', count(*) FROM cassette_steps WHERE run_id = %(run_id)s AND status = 'PENDING'
@@ -135,7 +135,7 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY;
 SELECT value FROM cassette_meta WHERE key = 'ledger_id';
 
 -- name: journal_size
--- Counted in the journal, whose last entry is its end (the head keeps no count since 0017).
+-- Counted in the journal, whose last entry is its end (the head keeps no count: schema/10_ledger.sql).
 SELECT cassette_journal_size();
 
 -- name: journal_before
@@ -180,7 +180,7 @@ SELECT attname FROM pg_attribute
  WHERE attrelid = %(table)s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum;
 
 -- name: adopt_ledger_id
--- An empty ledger takes its identity from its first entry's source (0001's rule).
+-- An empty ledger takes its identity from its first entry's source (the meta guard's rule, schema/10_ledger.sql).
 UPDATE cassette_meta SET value = %(ledger_id)s WHERE key = 'ledger_id';
 
 -- name: chain_hash_at
@@ -479,7 +479,7 @@ SELECT action_seq, action_id, parent_action_id, plan_id, intent_id, session_id, 
    AND metadata_json::json ->> '{link}' = %(value)s
  ORDER BY action_seq;
 
--- ------------------------------------------------- the chain's extras (0008)
+-- ------------------------------------------------- the chain's extras
 
 -- name: append_time
 -- Takes the head (the transaction's time is fixed from here on) and returns that time:

@@ -111,7 +111,7 @@ SELECT p.oid::pg_catalog.regprocedure::text, CASE WHEN a.grantee = 0 THEN 'PUBLI
  WHERE p.pronamespace = 'public'::regnamespace;
 
 -- Who may use or create in the ledger's schema (a role that may create there can plant
--- a function the owner's code resolves: 0006 revokes CREATE from PUBLIC).
+-- a function the owner's code resolves: schema/70_roles.sql revokes CREATE from PUBLIC).
 -- name: catalog_schema_grants
 SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
             WHEN a.grantee = n.nspowner THEN '<owner>'

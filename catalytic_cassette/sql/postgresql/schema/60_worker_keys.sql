@@ -1,22 +1,22 @@
--- Worker keys on PostgreSQL: the cassette_attestations rows of the SQLite ledger's 0006
--- (re-created by 0010 and 0011) and the package's TEMP clock guard, held by the server
--- for every session (LAW.md, "Worker keys" and section 14).
+-- Worker keys: attestations, the signed statements a worker's key makes about a post, a
+-- claim, a completion or a release, bound to the ledger's id. A lease claimed signed must
+-- be completed, released or requeued with an attestation (the rules on receipts and
+-- releases here; the requeue's in cassette_steps_update, 30_steps.sql).
 --   * An attestation is checked by one BEFORE INSERT trigger in the order a SQLite
---     package connection meets the rules for the same row (the TEMP clock guard, the
---     insert guard, then NOT NULL and the CHECK constraints in column order), so a row
---     breaking several gets SQLite's code. Its id is the next dense id and created_at the transaction's time
---     (cassette_tx_ms()), as for every row here: a signer reads that time first, in the
---     same transaction (cassette_signer_context()), and names it as the statement's `at`.
---   * A requeue's timing needs the clock: on SQLite a TEMP trigger of package
---     connections checks it; here the server has the clock, so every session is held to
---     it (LEASE_NOT_EXPIRED).
---   * The journal body is concatenated like 0001's, byte-identical to the json_object()
---     body SQLite writes for the same row.
---   * The SIGNATURE_REQUIRED guards of receipts, releases and a step's return to PENDING
---     fire after the table's own checks (triggers of one event fire in name order), so
+--     package connection meets the rules for the same row (the clock guard, the insert
+--     guard, then NOT NULL and the CHECK constraints in column order), so a row breaking
+--     several gets SQLite's code. Its id is the next dense id and created_at the
+--     transaction's time (cassette_tx_ms()), as for every row here: a signer reads that
+--     time first, in the same transaction (cassette_signer_context()), and names it as
+--     the statement's `at`.
+--   * A requeue's timing needs the clock: on SQLite a TEMP trigger of package connections
+--     checks it; here the server has the clock, so every session is held to it
+--     (LEASE_NOT_EXPIRED).
+--   * The SIGNATURE_REQUIRED guards of receipts and releases fire after the table's own
+--     checks (triggers of one event fire in name order: *_insert before *_signature), so
 --     a stale or wrong worker still gets its own code, as on SQLite.
---   * cassette_worker attests through cassette_attest(), then acts through the functions
---     of 0002 and 0005 in the same transaction; no role gets a table write privilege.
+--   * cassette_worker attests through cassette_attest(), then acts through the step
+--     functions in the same transaction; no role gets a table write privilege.
 -- As on SQLite, SQL cannot check an Ed25519 signature: only its shape. Whether it is
 -- genuine, and by the key pinned for its worker, is `verify --worker-keys DIR`.
 
@@ -32,20 +32,80 @@ CREATE TABLE cassette_attestations (
     signature text NOT NULL,
     created_at bigint NOT NULL
 );
+
+CREATE INDEX cassette_attestations_by_message ON cassette_attestations (message_id);
+
 -- Every guard below looks attestations up by step and token (or by message).
 CREATE INDEX cassette_attestations_by_step
     ON cassette_attestations (step_id, fencing_token, act, worker_id);
-CREATE INDEX cassette_attestations_by_message ON cassette_attestations (message_id);
 
-CREATE TRIGGER cassette_attestations_no_change BEFORE UPDATE OR DELETE ON cassette_attestations
-    FOR EACH ROW EXECUTE FUNCTION cassette_append_only();
-CREATE TRIGGER cassette_attestations_no_truncate BEFORE TRUNCATE ON cassette_attestations
-    FOR EACH STATEMENT EXECUTE FUNCTION cassette_append_only();
+-- Record a signed statement of an act the caller makes next in this transaction; its
+-- attestation_id. The triggers hold the law; the signature is verify's to check.
+CREATE FUNCTION cassette_attest(p_act text, p_run_id text, p_message_id bigint, p_step_id bigint,
+                                p_fencing_token bigint, p_worker_id text, p_key_id text,
+                                p_signature text)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = public, pg_temp
+SET standard_conforming_strings = on
+SET extra_float_digits = 1
+SET bytea_output = 'hex'
+SET enable_seqscan = off
+SET jit = off AS $$
+DECLARE
+    made bigint;
+BEGIN
+    PERFORM cassette_tx_ms();
+    INSERT INTO cassette_attestations (act, run_id, message_id, step_id, fencing_token,
+                                       worker_id, key_id, signature, created_at)
+    VALUES (p_act, p_run_id, p_message_id, p_step_id, p_fencing_token, p_worker_id, p_key_id,
+            p_signature, 0)
+    RETURNING attestation_id INTO made;
+    RETURN made;
+END $$;
+
+CREATE FUNCTION cassette_attested(p_step_id bigint, p_token bigint, p_act text,
+                                  p_worker text, p_key_id text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM cassette_attestations a
+                    WHERE a.step_id = p_step_id AND a.fencing_token = p_token AND a.act = p_act
+                      AND (p_worker IS NULL OR a.worker_id = p_worker)
+                      AND (p_key_id IS NULL OR a.key_id = p_key_id))
+$$;
+
+-- Whether the step's lease at this token was claimed signed by its owner: the claim
+-- attestation's key_id, or NULL.
+CREATE FUNCTION cassette_signed_claim(p_step_id bigint, p_token bigint, p_owner text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT c.key_id FROM cassette_attestations c
+     WHERE c.step_id = p_step_id AND c.fencing_token = p_token
+       AND c.act = 'claim' AND c.worker_id = p_owner
+     LIMIT 1
+$$;
+
+-- What a signing worker names in its statements, read first in the transaction that
+-- then attests and acts: the transaction's time, taking the head (cassette_tx_ms(); every
+-- row of the transaction is dated with it: the statement's `at`), and the ledger's id,
+-- read after the head is taken (a volatile function's statements see what committed
+-- before them), so it is the id the ledger keeps.
+CREATE FUNCTION cassette_signer_context(OUT now_ms bigint, OUT ledger_id text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = public, pg_temp
+SET standard_conforming_strings = on
+SET extra_float_digits = 1
+SET bytea_output = 'hex' AS $$
+BEGIN
+    now_ms := cassette_tx_ms();
+    SELECT value INTO ledger_id FROM cassette_meta WHERE key = 'ledger_id';
+END $$;
 
 -- An attestation names an act its worker may do now: one message that does not exist
 -- yet, or a step in the state the act needs, with the token the act will carry.
 CREATE FUNCTION cassette_attestations_insert() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET jit = off
+SET search_path = public, pg_temp AS $$
 DECLARE
     given bigint := NEW.attestation_id;
     next_id bigint;
@@ -137,11 +197,10 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
-CREATE TRIGGER cassette_attestations_insert BEFORE INSERT ON cassette_attestations
-    FOR EACH ROW EXECUTE FUNCTION cassette_attestations_insert();
 
 CREATE FUNCTION cassette_attestations_journal() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = public, pg_temp AS $$
 BEGIN
     PERFORM cassette_journal_append(TG_TABLE_NAME, TG_OP, cassette_j(NEW.attestation_id),
         '{"attestation_id":' || cassette_j(NEW.attestation_id) || ',"act":' || cassette_j(NEW.act)
@@ -151,39 +210,21 @@ BEGIN
         || ',"signature":' || cassette_j(NEW.signature) || ',"created_at":' || cassette_j(NEW.created_at) || '}');
     RETURN NULL;
 END $$;
-CREATE TRIGGER cassette_attestations_journal AFTER INSERT ON cassette_attestations
-    FOR EACH ROW EXECUTE FUNCTION cassette_attestations_journal();
 
--- ------------------------------------------------------------ signed leases end signed
-
--- Whether the step's lease at this token was claimed signed by its owner: the claim
--- attestation's key_id, or NULL.
-CREATE FUNCTION cassette_signed_claim(p_step_id bigint, p_token bigint, p_owner text) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT c.key_id FROM cassette_attestations c
-     WHERE c.step_id = p_step_id AND c.fencing_token = p_token
-       AND c.act = 'claim' AND c.worker_id = p_owner
-     LIMIT 1
-$$;
-
-CREATE FUNCTION cassette_attested(p_step_id bigint, p_token bigint, p_act text,
-                                  p_worker text, p_key_id text) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM cassette_attestations a
-                    WHERE a.step_id = p_step_id AND a.fencing_token = p_token AND a.act = p_act
-                      AND (p_worker IS NULL OR a.worker_id = p_worker)
-                      AND (p_key_id IS NULL OR a.key_id = p_key_id))
-$$;
-
--- A receipt for a lease whose claim its worker attested needs that worker's attested
--- completion under the same key; an ABORTED receipt may instead follow an attested
--- requeue (max attempts reached after expiry, LAW.md section 4). Fires after
--- cassette_receipts_insert (name order), which refused every receipt no step accepts.
+-- A lease claimed signed is completed only with its worker's attestation of the
+-- completion (one statement of the trigger, one cached plan).
 CREATE FUNCTION cassette_receipts_signature() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET jit = off
+SET search_path = public, pg_temp AS $$
 DECLARE
-    claim_key text := cassette_signed_claim(NEW.step_id, NEW.fencing_token, NEW.worker_id);
+    claim_key text;
 BEGIN
+    SELECT c.key_id INTO claim_key FROM cassette_attestations c
+     WHERE c.step_id = NEW.step_id AND c.fencing_token = NEW.fencing_token
+       AND c.act = 'claim' AND c.worker_id = NEW.worker_id
+     LIMIT 1;
     IF claim_key IS NOT NULL
        AND NOT cassette_attested(NEW.step_id, NEW.fencing_token, 'complete', NEW.worker_id, claim_key)
        AND NOT (NEW.outcome = 'ABORTED'
@@ -192,12 +233,13 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
-CREATE TRIGGER cassette_receipts_signature BEFORE INSERT ON cassette_receipts
-    FOR EACH ROW EXECUTE FUNCTION cassette_receipts_signature();
 
 -- A release of a signed lease needs its worker's attested release under the same key.
 CREATE FUNCTION cassette_releases_signature() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET jit = off
+SET search_path = public, pg_temp AS $$
 DECLARE
     claim_key text := cassette_signed_claim(NEW.step_id, NEW.fencing_token, NEW.worker_id);
 BEGIN
@@ -207,69 +249,21 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+
+CREATE TRIGGER cassette_attestations_insert BEFORE INSERT ON cassette_attestations
+    FOR EACH ROW EXECUTE FUNCTION cassette_attestations_insert();
+
+CREATE TRIGGER cassette_attestations_journal AFTER INSERT ON cassette_attestations
+    FOR EACH ROW EXECUTE FUNCTION cassette_attestations_journal();
+
+CREATE TRIGGER cassette_attestations_no_change BEFORE UPDATE OR DELETE ON cassette_attestations
+    FOR EACH ROW EXECUTE FUNCTION cassette_append_only();
+
+CREATE TRIGGER cassette_attestations_no_truncate BEFORE TRUNCATE ON cassette_attestations
+    FOR EACH STATEMENT EXECUTE FUNCTION cassette_append_only();
+
+CREATE TRIGGER cassette_receipts_signature BEFORE INSERT ON cassette_receipts
+    FOR EACH ROW EXECUTE FUNCTION cassette_receipts_signature();
+
 CREATE TRIGGER cassette_releases_signature BEFORE INSERT ON cassette_releases
     FOR EACH ROW EXECUTE FUNCTION cassette_releases_signature();
-
--- A signed lease goes back to PENDING only by its worker's (attested) release or by an
--- attested requeue. Fires after cassette_steps_update (name order), which refused every
--- other change of the row.
-CREATE FUNCTION cassette_steps_update_signature() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF OLD.status = 'LEASED' AND NEW.status = 'PENDING'
-       AND cassette_signed_claim(OLD.step_id, OLD.fencing_token, OLD.lease_owner) IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM cassette_releases r
-                       WHERE r.step_id = OLD.step_id AND r.fencing_token = OLD.fencing_token)
-       AND NOT cassette_attested(OLD.step_id, OLD.fencing_token, 'requeue', NULL, NULL) THEN
-        PERFORM cassette_refuse('SIGNATURE_REQUIRED: this lease was claimed signed; a requeue must be attested');
-    END IF;
-    RETURN NEW;
-END $$;
-CREATE TRIGGER cassette_steps_update_signature BEFORE UPDATE ON cassette_steps
-    FOR EACH ROW EXECUTE FUNCTION cassette_steps_update_signature();
-
--- ------------------------------------------------------------- the worker's functions
-
--- What a signing worker names in its statements, read first in the transaction that
--- then attests and acts: the transaction's time, taking the head (cassette_tx_ms(); every
--- row of the transaction is dated with it: the statement's `at`), and the ledger's id,
--- read after the head is taken (a volatile function's statements see what committed
--- before them), so it is the id the ledger keeps.
-CREATE FUNCTION cassette_signer_context(OUT now_ms bigint, OUT ledger_id text)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-BEGIN
-    now_ms := cassette_tx_ms();
-    SELECT value INTO ledger_id FROM cassette_meta WHERE key = 'ledger_id';
-END $$;
-
--- Record a signed statement of an act the caller makes next in this transaction; its
--- attestation_id. The triggers hold the law; the signature is verify's to check.
-CREATE FUNCTION cassette_attest(p_act text, p_run_id text, p_message_id bigint, p_step_id bigint,
-                                p_fencing_token bigint, p_worker_id text, p_key_id text,
-                                p_signature text)
-RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-DECLARE
-    made bigint;
-BEGIN
-    PERFORM cassette_tx_ms();
-    INSERT INTO cassette_attestations (act, run_id, message_id, step_id, fencing_token,
-                                       worker_id, key_id, signature, created_at)
-    VALUES (p_act, p_run_id, p_message_id, p_step_id, p_fencing_token, p_worker_id, p_key_id,
-            p_signature, 0)
-    RETURNING attestation_id INTO made;
-    RETURN made;
-END $$;
-
-ALTER FUNCTION cassette_signer_context()
-    SET standard_conforming_strings = on SET extra_float_digits = 1 SET bytea_output = 'hex';
-ALTER FUNCTION cassette_attest(text, text, bigint, bigint, bigint, text, text, text)
-    SET standard_conforming_strings = on SET extra_float_digits = 1 SET bytea_output = 'hex';
-
-REVOKE ALL ON cassette_attestations FROM PUBLIC;
-REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA public FROM PUBLIC;
-GRANT SELECT ON cassette_attestations TO cassette_worker, cassette_appender, cassette_auditor;
-GRANT EXECUTE ON FUNCTION
-    cassette_signer_context(),
-    cassette_attest(text, text, bigint, bigint, bigint, text, text, text)
-   TO cassette_worker;
