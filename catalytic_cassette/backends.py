@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 def pending_migrations(target: str) -> tuple[list[int], int]:
     """The migrations ``target`` has not applied yet, and the latest version there is."""
     if names_file(target):
-        from .migrate import current_version, pending_versions
+        from .connection import pending_versions
+        from .migrate import current_version
 
         return pending_versions(target), current_version()
     from .postgresql import connection, sqlfiles

@@ -553,3 +553,21 @@ def _busy_or_translate(conn: sqlite3.Connection, exc: sqlite3.Error) -> Cassette
         waited = conn.execute("PRAGMA busy_timeout").fetchone()[0]
         error.detail["waited_ms"] = waited
     return error
+
+
+def pending_versions(path: str) -> list[int]:
+    """Versions a file still needs, read without changing it; all of them for a new file."""
+    if path == ":memory:" or not os.path.exists(path):
+        return [m.version for m in sqlfiles.migrations()]
+    conn = connect_readonly(path)
+    try:
+        version = schema_version(conn)
+    finally:
+        conn.close()
+    latest = current_version()
+    if version > latest:
+        raise CassetteError(
+            ErrorCode.SCHEMA_TOO_NEW,
+            f"schema version {version} is newer than this package ({latest})",
+        )
+    return list(range(version + 1, latest + 1))

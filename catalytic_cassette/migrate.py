@@ -117,13 +117,11 @@ def schema_objects() -> list[SchemaObject]:
 
 def objects_made_by(scripts: Sequence[str]) -> list[SchemaObject]:
     """sqlite_master, in rowid order, of a private in-memory database after ``scripts``."""
-    from .clock import SystemClock
-    from .connection import register_functions
-
+    # No SQL function of the package is registered: creating a trigger does not resolve the
+    # functions its body calls, and the kept schema calls none (the TEMP triggers do).
     memory = sqlite3.connect(":memory:", isolation_level=None)
     try:
         memory.execute("PRAGMA recursive_triggers = ON")
-        register_functions(memory, SystemClock())
         for script in scripts:
             for statement in sqlfiles.statements(script):
                 memory.execute(statement)
@@ -151,28 +149,6 @@ def baseline_sql() -> str:
         f"\n-- {'-' * 20} schema/{s.name}\n\n{s.kept.strip()}\n" for s in sqlfiles.schema_files()
     ]
     return BASELINE_HEADER + "".join(parts)
-
-
-def pending_versions(path: str) -> list[int]:
-    """Versions a file still needs, read without changing it; all of them for a new file."""
-    import os
-
-    from .connection import connect_readonly
-
-    if path == ":memory:" or not os.path.exists(path):
-        return [m.version for m in sqlfiles.migrations()]
-    conn = connect_readonly(path)
-    try:
-        version = schema_version(conn)
-    finally:
-        conn.close()
-    latest = current_version()
-    if version > latest:
-        raise CassetteError(
-            ErrorCode.SCHEMA_TOO_NEW,
-            f"schema version {version} is newer than this package ({latest})",
-        )
-    return list(range(version + 1, latest + 1))
 
 
 def write_baseline() -> str:

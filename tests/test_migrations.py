@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from catalytic_cassette import CassetteError, ErrorCode, MessageCassette, connect, migrate, sqlfiles
-from catalytic_cassette.connection import connect_reader
-from catalytic_cassette.migrate import APPLICATION_ID, current_version, pending_versions
+from catalytic_cassette.connection import connect_reader, pending_versions
+from catalytic_cassette.migrate import APPLICATION_ID, current_version
 
 from .conftest import (
     dump,

@@ -8,11 +8,14 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CassetteError, ErrorCode, code_of
 from ..redaction import SECRET_KEYWORDS, redact
 from . import sqlfiles
+
+if TYPE_CHECKING:
+    from ..reasoning import Fetch
 
 try:  # psycopg is an optional dependency: only a PostgreSQL URL needs it
     import psycopg
@@ -513,3 +516,13 @@ def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[An
             yield conn
     except (psycopg.Error, UnicodeEncodeError) as exc:
         raise translate(exc) from exc
+
+
+def named_fetch(conn: psycopg.Connection[Any]) -> Fetch:
+    """A ``reasoning.Fetch`` over this connection: the named query, its rows (inside the
+    caller's transaction, if one is open)."""
+
+    def fetch(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return statement(conn, sqlfiles.query(name), params)
+
+    return fetch

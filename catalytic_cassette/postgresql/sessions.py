@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from . import connection
 from .anchors import bodies_tree
-from .sqlfiles import named_fetch
+from .connection import named_fetch
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey

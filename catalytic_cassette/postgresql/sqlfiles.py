@@ -11,14 +11,8 @@ from __future__ import annotations
 import re
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from ..sqlfiles import Migration
-
-if TYPE_CHECKING:
-    import psycopg
-
-    from ..reasoning import Fetch
 
 # What a development build before the baseline recorded as its first migration: such a
 # ledger is refused (SCHEMA_UNRELEASED), never migrated, as nothing made before the
@@ -64,14 +58,3 @@ def queries() -> dict[str, str]:
 
 def query(name: str) -> str:
     return queries()[name]
-
-
-def named_fetch(conn: psycopg.Connection[Any]) -> Fetch:
-    """A ``reasoning.Fetch`` over this connection: the named query, its rows (inside the
-    caller's transaction, if one is open)."""
-    from . import connection
-
-    def fetch(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        return connection.statement(conn, query(name), params)
-
-    return fetch
