@@ -10,6 +10,7 @@ do not answer before the WAL is flushed as far as their snapshot.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -202,10 +203,13 @@ def test_a_writer_does_not_wait_for_another_writers_flush(
 def test_wait_durable_returns_only_once_the_wal_is_flushed_that_far(
     pg_ledger: str, owner: Any
 ) -> None:
-    """A position just past the WAL's end: the wait looks until a later write (flushed
-    by its writer) carries the flush past it."""
+    """A position past the WAL's end: the wait looks until a later write (flushed by its
+    writer) carries the flush past it. The position is 1 MiB ahead, not one byte: the
+    server's own processes (autovacuum, the checkpointer) write WAL at any moment, and a
+    few bytes of theirs must not end the wait; the write carries 2 MiB of incompressible
+    payload past it."""
     inserted, _ = wal(owner)
-    target = lsn_text(inserted + 1)
+    target = lsn_text(inserted + (1 << 20))
     done: list[float] = []
     with psycopg.connect(pg_ledger, autocommit=True) as reader:
 
@@ -219,7 +223,7 @@ def test_wait_durable_returns_only_once_the_wal_is_flushed_that_far(
         assert done == [], "returned before any WAL reached the position"
         wrote = time.monotonic()
         with MessageCassette(pg_ledger) as cassette:
-            cassette.post_message({"n": 1}, "run", "USER")
+            cassette.post_message({"n": 1, "pad": os.urandom(1 << 20).hex()}, "run", "USER")
         thread.join(10)
     assert done and done[0] >= wrote
 
