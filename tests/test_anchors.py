@@ -236,6 +236,7 @@ def test_sqlite_stores_the_nodes_of_its_complete_blocks_and_they_are_the_rfc_tre
         conn.close()
 
 
+@pytest.mark.slow
 def test_every_inclusion_and_consistency_proof_verifies(mixed_ledger: Ledger) -> None:
     leaves = mixed_ledger.leaves()
     memory = MemoryTree(leaves)
@@ -296,6 +297,7 @@ WRITES = st.lists(
 )
 
 
+@pytest.mark.slow
 @STORED_NODES
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(writes=WRITES)

@@ -180,6 +180,7 @@ def _run_operations(
         workers.held[worker].extend(claimed)
 
 
+@pytest.mark.slow
 @pytest.mark.sqlite_only(
     reason="byte-identical copies of one SQLite file on clocks showing the same times, per"
     " Hypothesis example (the server's time differs between two PostgreSQL ledgers)"
@@ -227,6 +228,7 @@ def worker_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Wor
     return keys, pins
 
 
+@pytest.mark.slow
 @pytest.mark.sqlite_only(
     reason="byte-identical copies of one SQLite file on clocks showing the same times, per"
     " Hypothesis example (the server's time differs between two PostgreSQL ledgers)"
@@ -324,6 +326,7 @@ REFUSALS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.sqlite_only(
     reason="byte-identical copies of one SQLite file on clocks showing the same times, per"
     " Hypothesis example (the server's time differs between two PostgreSQL ledgers)"

@@ -218,6 +218,7 @@ SETTINGS = settings(
 NOT_ABOUT_THE_LAW = {ErrorCode.CANNOT_OPEN, ErrorCode.BUSY, ErrorCode.BACKEND_UNSUPPORTED}
 
 
+@pytest.mark.slow
 @needs_judge
 @pytest.mark.parametrize("kind", KINDS)
 @SETTINGS

@@ -154,6 +154,7 @@ def test_a_gate_holds_for_every_block_a_case_or_the_scope_holds_in(
         assert gate, "the scope holds for a row of a block the gate is false for"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", GATED, ids=[rule.table for rule in GATED])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(  # every block opened: the judge reads the rest of the table in one range

@@ -640,10 +640,12 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert steps == expected
 
 
-TestLifecycleLaw = pytest.mark.sqlite_only(
-    reason="the SQLite run of the machine: each rule also attacked through a raw sqlite3"
-    " connection; test_the_lifecycle_law_on_postgresql runs it as the database owner"
-)(LifecycleMachine.TestCase)
+TestLifecycleLaw = pytest.mark.slow(
+    pytest.mark.sqlite_only(
+        reason="the SQLite run of the machine: each rule also attacked through a raw sqlite3"
+        " connection; test_the_lifecycle_law_on_postgresql runs it as the database owner"
+    )(LifecycleMachine.TestCase)
+)
 LIFECYCLE_SETTINGS = settings(
     max_examples=30,
     stateful_step_count=30,

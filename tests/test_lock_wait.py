@@ -16,9 +16,10 @@ import pytest
 
 from catalytic_cassette import CassetteError, ErrorCode, MessageCassette, connection
 
-pytestmark = pytest.mark.sqlite_only(
-    reason=("SQLite's write lock and busy timeout between connections")
-)
+pytestmark = [
+    pytest.mark.sqlite_only(reason=("SQLite's write lock and busy timeout between connections")),
+    pytest.mark.slow,
+]
 
 RUN = "run-lock"
 

@@ -25,7 +25,7 @@ from catalytic_cassette.postgresql.sqlfiles import query
 
 psycopg = pytest.importorskip("psycopg")
 
-pytestmark = pytest.mark.postgresql
+pytestmark = [pytest.mark.postgresql, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -37,6 +37,8 @@ from catalytic_cassette.worker_keys import PinnedKey, WorkerKey, load_pinned_key
 from . import postgres
 from .backends import Ledger
 
+pytestmark = pytest.mark.slow
+
 RUNS = ("a", "b")
 WORKERS = ("w1", "w2")
 TIMES = ("created_at", "lease_expires_at")

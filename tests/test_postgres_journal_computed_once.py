@@ -7,7 +7,7 @@
   run's receipts give the counts a GROUP BY of the steps gives, through claims, commits,
   requeues and several runs.
 (Forged tails: tests/test_postgres_noop.py, tests/test_postgres_head.py,
-tests/test_postgres_attacks_merged.py.)
+tests/test_postgres_worker_and_head_attacks.py.)
 """
 
 from __future__ import annotations

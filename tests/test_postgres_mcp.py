@@ -18,6 +18,8 @@ from catalytic_cassette.copying import copy_ledger
 from .backends import Ledger
 from .test_mcp import _env, _structured
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("mcp")
 psycopg = pytest.importorskip("psycopg")
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import multiprocessing
 
+import pytest
+
 from catalytic_cassette import CassetteError, ErrorCode, MessageCassette
 from catalytic_cassette.hashing import ZERO_HASH, chain_hash, leaf_hash
 
 from .backends import Ledger
+
+pytestmark = pytest.mark.slow
 
 STEPS = 60
 WORKERS = 4

@@ -85,6 +85,7 @@ GRANT EXECUTE ON FUNCTION cassette_later(bigint) TO cassette_auditor;
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mirrored", [True, False])
 def test_a_later_migration_is_compared_with_the_schema_files(
     two_databases: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mirrored: bool

@@ -604,6 +604,7 @@ def test_a_runner_login_signs_the_whole_worker_api(
     assert kinds(ledger, pins) == []
 
 
+@pytest.mark.slow
 def test_signed_workers_racing_on_the_server(
     pg_ledger: str, tmp_path: Path, keys: dict[str, WorkerKey], pins: Path
 ) -> None:

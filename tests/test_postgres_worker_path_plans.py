@@ -8,8 +8,8 @@
   of a set covering each column's moves, the outcome is the one the guard gives when it
   always runs (differential, as the owner).
 - The journal's guard checks every entry, from a function a client calls too (from a
-  trigger: tests/test_postgres_attacks_0014.py). (Forged tails:
-  tests/test_postgres_head.py and tests/test_postgres_attacks_merged.py.)
+  trigger: tests/test_postgres_guard_from_triggers_attacks.py). (Forged tails:
+  tests/test_postgres_head.py and tests/test_postgres_worker_and_head_attacks.py.)
 """
 
 from __future__ import annotations

@@ -643,6 +643,7 @@ def downstream_ids(chain: CausalChain, action_id: str) -> list[str]:
 EACH_BACKEND = pytest.mark.parametrize("kind", BACKENDS)
 
 
+@pytest.mark.slow
 @EACH_BACKEND
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=FORESTS, data=st.data())
@@ -670,6 +671,7 @@ def test_chains_and_downstream_match_a_naive_walk(
             ]
 
 
+@pytest.mark.slow
 @EACH_BACKEND
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=st.just([]) | FORESTS)

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.sqlite_only(reason="a crash soak of processes on one SQLite file")
+pytestmark = [
+    pytest.mark.sqlite_only(reason="a crash soak of processes on one SQLite file"),
+    pytest.mark.slow,
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 SOAK_SECONDS = float(os.environ.get("CASSETTE_SOAK_SECONDS", "25"))

@@ -32,7 +32,7 @@ from catalytic_cassette import CassetteError, ErrorCode, ManualClock, MessageCas
 
 from .backends import Ledger
 
-pytestmark = pytest.mark.both_backends
+pytestmark = [pytest.mark.both_backends, pytest.mark.slow]
 
 RUNS = ("run-a", "run-b")
 WORKERS = ("w1", "w2", "w3")

@@ -25,6 +25,8 @@ from catalytic_cassette.worker_keys import WorkerKey
 
 from . import backends
 
+pytestmark = pytest.mark.slow
+
 SQLITE_FILE = pytest.mark.sqlite_only(
     reason="mutations of the SQLite file's rows, schema, indexes and header with its"
     " triggers dropped and put back; PostgreSQL's superuser has its twin below"

@@ -30,11 +30,14 @@ from catalytic_cassette.verify.tables import TABLES
 
 from .test_trust import VERIFIED_AT, mutate_behind_the_triggers, sealed  # noqa: F401
 
-pytestmark = pytest.mark.sqlite_only(
-    reason="the SQLite verifier's fast path (StateStream) against its full replay, on files"
-    " mutated with their triggers dropped; PostgreSQL's verify has no fast path (it replays"
-    " the rows it mirrors), and its mutations are test_trust's superuser twin"
-)
+pytestmark = [
+    pytest.mark.sqlite_only(
+        reason="the SQLite verifier's fast path (StateStream) against its full replay, on files"
+        " mutated with their triggers dropped; PostgreSQL's verify has no fast path (it replays"
+        " the rows it mirrors), and its mutations are test_trust's superuser twin"
+    ),
+    pytest.mark.slow,
+]
 
 T0 = 1_700_000_000_000
 

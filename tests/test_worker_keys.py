@@ -830,6 +830,7 @@ def signed_worker(path: str, worker_id: str, key_file: str, start: Any, out: Any
         out.put((worker_id, done, f"{type(error).__name__}: {error}"))
 
 
+@pytest.mark.slow
 def test_signed_workers_racing_in_processes(
     db_path: Path, tmp_path: Path, keys: dict[str, WorkerKey], pins: Path
 ) -> None:

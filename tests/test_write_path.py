@@ -126,6 +126,7 @@ def append_each(chain: CausalChain, items: list[dict[str, Any]]) -> list[Action]
     return [chain.append_action(item) for item in items]
 
 
+@pytest.mark.slow
 @TWINS
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), count=st.integers(2, 12) | st.integers(30, 100))  # (chunks of 32)
@@ -150,6 +151,7 @@ SQL_REFUSALS = {
 }
 
 
+@pytest.mark.slow
 @TWINS
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(

@@ -1,5 +1,5 @@
-"""Migration 0012 (the tree heals) and the write path's other derived state, attacked by a
-client with its own TEMP triggers on a package connection.
+"""The stored tree heals (``sql/sqlite/schema/50_journal.sql``), and the write path's other
+derived state, attacked by a client with its own TEMP triggers on a package connection.
 
 SQLite runs a connection's TEMP triggers before the file's, the newest BEFORE trigger first,
 and RAISE(IGNORE) in an AFTER trigger ends the row's remaining triggers with the row kept.
@@ -29,7 +29,7 @@ from catalytic_cassette.verify import verify_path
 from .conftest import action_dict
 
 pytestmark = pytest.mark.sqlite_only(
-    reason="SQLite's TEMP triggers and its stored tree nodes (migration 0012); PostgreSQL"
+    reason="SQLite's TEMP triggers and its stored tree nodes; PostgreSQL"
     " stores no tree node, and its owner's disabled triggers are judged by verify"
 )
 

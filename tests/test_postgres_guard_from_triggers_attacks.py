@@ -1,7 +1,7 @@
-"""Migration 0014 attacked (issue 15, review of the worker path's plans).
+"""The PostgreSQL journal guard attacked from triggers (``sql/postgresql/schema/50_journal.sql``).
 
-The journal's guard repeats checks whose values the append has just computed, and a first
-form of 0014 (not landed) ran it only at ``WHEN (pg_trigger_depth() = 0)``: an entry
+The journal's guard repeats checks whose values the append has just computed, and a form
+that never landed ran it only at ``WHEN (pg_trigger_depth() = 0)``: an entry
 inserted from a trigger was taken to be cassette_journal_append's, "since only the owner
 makes triggers, and the owner's DDL is what verify's catalog check reports". But a
 temporary table, its trigger and the trigger's function in ``pg_temp`` are any session's

@@ -1,15 +1,16 @@
-"""Adversarial review of the issue 12 write path (migration 0009 and what came with it).
+"""The SQLite write path attacked: the stored Merkle tree, one time per transaction, the
+journal's head and batched inserts (``sql/sqlite/schema/50_journal.sql``, ``10_ledger.sql``).
 
-Four changes are attacked here, each as the attackers of LAW.md section 12 would:
+Four rules are attacked here, each as the attackers of LAW.md section 12 would:
 
 1. the Merkle tree stored a block of 256 leaves at a time (``cassette_journal_grow_tree``,
-   ``cassette_tree_nodes_grow``, the tail stored by ``cassette_seals_insert_guard``, the
-   migration's one-time delete) and verify's exact rule for the stored set;
+   ``cassette_tree_nodes_grow``, the tail stored by ``cassette_seals_insert_guard``) and
+   verify's exact rule for the stored set;
 2. one time per write transaction (``cassette_transaction_ms()``);
 3. the journal head read by ``max(seq)`` over the table itself;
 4. batches inserted 32 rows per statement.
 
-Two attacks worked against the first version of 0009 (a connection with
+Two attacks worked against a first form of the block rule (a connection with
 recursive_triggers=OFF left blocks incomplete and honest seals refused for good; a seal
 guard re-created with its own text fired before the tail was stored, unseen by verify);
 both are fixed and their tests below now assert what the law promises. Every other test
@@ -57,7 +58,7 @@ from .tree_helpers import nodes as _nodes
 
 pytestmark = pytest.mark.sqlite_only(
     reason=(
-        "attacks on SQLite migration 0009's SQL through sqlite3 connections and the file; "
+        "attacks on the SQLite write path's SQL through sqlite3 connections and the file; "
         "PostgreSQL's owner and role attacks: test_postgres_attacks.py"
     )
 )
@@ -373,6 +374,7 @@ def test_b_a_wrong_root_at_a_tail_size_is_refused_and_its_nodes_undone(
     assert verify_path(str(path)).ok
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     steps=st.lists(
@@ -674,6 +676,7 @@ def _outcome(call: Any) -> tuple[Any, ...]:
         return ("refused", refused.code, refused.message)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(items=_risky_batch())
 def test_a_chunked_batch_refuses_what_one_by_one_refuses_at_the_same_index(

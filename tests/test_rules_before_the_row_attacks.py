@@ -1,12 +1,13 @@
-"""Migration 0011 (every rule before the row), attacked.
+"""Every rule before the row, attacked (the SQLite law, ``sql/sqlite/schema/``).
 
 SQLite runs a connection's TEMP triggers before the file's, and RAISE(IGNORE) in an AFTER
-trigger ends the row's remaining triggers with the row kept. Before 0011 a raw client with
-``CREATE TEMP TRIGGER skip AFTER INSERT ON main.<table> BEGIN SELECT RAISE(IGNORE); END``
-skipped every rule the file checked after the insert: the journal, dense ids, readable
-JSON, ledger time. Now each of those rules is checked before the row, the journal entry is
-written before it, and an ignoring TEMP trigger skips nothing that matters: AFTER, the
-rules have run; BEFORE, the row is dropped and nothing is written.
+trigger ends the row's remaining triggers with the row kept. A rule checked after the row
+would be skipped by a raw client with
+``CREATE TEMP TRIGGER skip AFTER INSERT ON main.<table> BEGIN SELECT RAISE(IGNORE); END``:
+the journal, dense ids, readable JSON, ledger time. So each of those rules is checked
+before the row, the journal entry is written before it, and an ignoring TEMP trigger skips
+nothing that matters: AFTER, the rules have run; BEFORE, the row is dropped and nothing is
+written.
 
 Every table is attacked here as a raw client (no function of the package) and as a
 journaling client (a package connection with its own TEMP trigger added).
@@ -32,7 +33,7 @@ from catalytic_cassette.verify import verify_path
 from .conftest import dump, file_digest, unguarded
 
 pytestmark = pytest.mark.sqlite_only(
-    reason=("SQLite's TEMP triggers and RAISE(IGNORE) (migration 0011); PostgreSQL has neither")
+    reason=("SQLite's TEMP triggers and RAISE(IGNORE); PostgreSQL has neither")
 )
 
 FAR = "4102444800000"  # 2100: later than anything the ManualClock dated

@@ -1,10 +1,11 @@
-"""Adversarial review of migration 0009's redesign: no node of the incomplete last block is
-stored, the seal guard folds that block from the journal's leaves through the package's
-aggregate ``cassette_subtree_hash``, and verify wants exactly the nodes of complete blocks.
+"""The seal guard attacked (``sql/sqlite/schema/50_journal.sql``): no node of the incomplete
+last block is stored, the seal guard folds that block from the journal's leaves through the
+package's aggregate ``cassette_subtree_hash``, and verify wants exactly the nodes of complete
+blocks.
 
 Attackers as in LAW.md section 12: (a) a raw sqlite3 client, (b) a client with look-alike
 functions (or the package with PRAGMAs changed), (c) someone who edits the file's bytes.
-The attacks of tests/test_attacks_0009.py and tests/test_tree_blocks.py are not repeated.
+The attacks of tests/test_write_path_attacks.py and tests/test_tree_blocks.py are not repeated.
 
 One attack worked (a strict xfail until record_seal checked before signing): a forged node
 under a complete block, by a look-alike ``cassette_node_hash`` on the connection that ends
@@ -50,8 +51,7 @@ from .tree_helpers import nodes as _nodes
 
 pytestmark = pytest.mark.sqlite_only(
     reason=(
-        "attacks on SQLite migration 0009's stored tree and aggregate through sqlite3 "
-        "connections and the file"
+        "attacks on SQLite's stored tree and aggregate through sqlite3 connections and the file"
     )
 )
 
@@ -148,6 +148,7 @@ def _still_works(path: Path, clock: ManualClock) -> None:
 # ====================== the seal guard at every size, against RFC 9162 (MemoryTree)
 
 
+@pytest.mark.slow
 def test_the_seal_guard_takes_exactly_the_root_at_every_size_of_every_head(
     ledger: tuple[Path, ManualClock],
 ) -> None:
@@ -193,6 +194,7 @@ def long_ledger(
         yield cassette.conn, MemoryTree(_leaves(cassette.conn))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_hypothesis_the_seal_guard_agrees_with_rfc_9162(

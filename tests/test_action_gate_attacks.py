@@ -1,17 +1,14 @@
-"""Migration 0010 (issue 12, fifth pass: SQL levers), attacked.
+"""The action rules' gates attacked (``sql/sqlite/schema/40_actions.sql``).
 
-What it changed: the readable-JSON and artifact checks of an action, and the plan
-lifecycle guard, moved onto two views that store nothing (``cassette_actions_readable``,
+The readable-JSON and artifact checks of an action, and the plan lifecycle guard, live on
+two views that store nothing (``cassette_actions_readable``,
 ``cassette_actions_lifecycle``), reached through small gate triggers; the state machine's
-constant lists became comparisons; the ``*_journaled`` checks read the journal's last
-entry; the journal guard hashes an entry with one call. Each guard it touched was
-re-created, with the guards after it, so that the triggers of every table and event fire
-in the order they did.
+constant lists are comparisons; the ``*_journaled`` checks read the journal's last
+entry; the journal guard hashes an entry with one call.
 
-The main test is differential: one ledger at version 9, a copy of it migrated to 10, and a
-battery of writes, each breaking one rule or several at once, run on both through a raw
-connection and through a package connection. Every write must get the same answer (the
-same code, or none) on both. The others attack the new objects themselves.
+The main test is a battery of writes, each breaking one rule or several at once, run
+through a raw connection and through a package connection: every write gets the code of
+the rule it breaks (or none). The others attack the views and gates themselves.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ from catalytic_cassette.verify import verify_path
 from .conftest import dump, file_digest
 
 pytestmark = pytest.mark.sqlite_only(
-    reason=("attacks on SQLite migration 0010's SQL through sqlite3 connections")
+    reason=("attacks on SQLite's action gates and views through sqlite3 connections")
 )
 
 HEX = "ab" * 32
@@ -474,8 +471,8 @@ def test_a_temp_trigger_that_ignores_cannot_skip_the_files_after_rules(
     row's remaining triggers, the file's included, with the row kept. Until 0011 a raw
     connection could so store an unjournaled action with an id far ahead, which made every
     later append fail (OUT_OF_ORDER). Since 0011 every rule runs before the row: refused.
-    (tests/test_attacks_0011.py attacks every table so, and checks what verify reports of
-    rows a version-10 ledger let in.)"""
+    (tests/test_rules_before_the_row_attacks.py attacks every table so, and checks what
+    verify reports of rows a version-10 ledger let in.)"""
     path = ledger10[0]
     raw = sqlite3.connect(path, isolation_level=None)
     try:

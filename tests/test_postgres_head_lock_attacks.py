@@ -1,6 +1,6 @@
-"""Migration 0017 attacked (issue 15, review 14): the head as the chain's lock and the
-ledger's clock only, the claim's generic plan, the requeue's signature check folded into
-the step's guard.
+"""The PostgreSQL head attacked as the chain's lock and the ledger's clock only
+(``sql/postgresql/schema/10_ledger.sql``, ``50_journal.sql``), the claim's generic plan, the
+requeue's signature check folded into the step's guard (``30_steps.sql``).
 
 1. With no copy of the journal's end in the head, an entry is placed by what the journal's
    guard reads: the head's stamp and the journal's last entry. The attacks: an entry
@@ -17,8 +17,8 @@ the step's guard.
 2. The claim's generic plan: the index scan on the PENDING partial index, in claim order
    (no Sort of a run's pending steps), whatever the statistics say and however many
    steps are asked for.
-3. The requeue's refusals, differential against the two-trigger form of 0016
-   (scripts/levers/undo_0017.sql): the same code or the same outcome for every shape.
+3. The requeue's refusals, differential against the two-trigger form that
+   scripts/levers/undo_0017.sql restores: the same code or the same outcome for every shape.
 """
 
 from __future__ import annotations
@@ -295,6 +295,7 @@ STATISTICS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("statistics", list(STATISTICS))
 def test_the_claims_generic_plan_is_the_pending_index_in_claim_order(
     pg_ledger: str, statistics: str

@@ -1,4 +1,4 @@
-"""Migration 0015 and the one-flight writer attacked (issue 15, review 13).
+"""PostgreSQL temporary tables that shadow the ledger's, and the one-flight writer, attacked.
 
 The journal's guard now computes each entry from what it reads: the head's stamp (does
 this transaction hold the head?) and the journal's last entry (where does the entry go,
@@ -10,8 +10,9 @@ doing no DDL on a ledger object, could hand the guard a head it "holds" and a jo
 end of its choosing, and store an entry that forks the chain or leaves a gap, without
 ever taking the head. The append names the journal the same way, and ``cassette_tx_ms()``
 the head: the owner's raw INSERT into a ledger table then journaled its row into its own
-temporary table and took a temporary head. Fixed in migration 0016 (the chain's functions
-resolve tables in ``public`` first, ``pg_temp`` last, as every definer function does).
+temporary table and took a temporary head. Refused now: the chain's functions resolve
+tables in ``public`` first, ``pg_temp`` last, as every definer function does
+(``sql/postgresql/schema/10_ledger.sql``, its header).
 
 The one-flight writer waited on its socket with ``select()``, which cannot watch a
 descriptor numbered 1024 or more (FD_SETSIZE): a process holding that many files got a

@@ -1,8 +1,6 @@
-"""The merged PostgreSQL law attacked where its parts meet (issue 15, second attack pass).
-
-Migrations 0007 (worker keys: cassette_signer_context, cassette_attest), 0008
-(cassette_append_time) and 0009 (head at commit: the transaction-local `cassette.tail`,
-the deferred `cassette_head_follow`, both gone since 0017) were written apart. Each test
+"""The PostgreSQL law attacked where its parts meet: worker keys (cassette_signer_context,
+cassette_attest, ``sql/postgresql/schema/60_worker_keys.sql``), the append time and the
+head (``10_ledger.sql``, ``50_journal.sql``). Each test
 is one attempt by a raw psycopg session, as the owner (the test cluster's superuser) or
 under a ledger role, and says what happened: refused with a code (nothing written), or
 accepted and then what `verify` reports. Savepoints, immediate constraints, forged
@@ -379,7 +377,7 @@ def test_an_owners_temporary_journal_no_longer_swallows_entries(seeded: str, own
     temporary table and the ledger's rows outran its journal (verify: unjournaled_row).
     Since migration 0016 every such function pins search_path = public, pg_temp: the
     entry goes to the ledger's journal whatever the session's path
-    (tests/test_postgres_attacks_0015.py has the guard's and the row rules' forms)."""
+    (tests/test_postgres_temporary_shadow_attacks.py has the guard's and the row rules' forms)."""
     size, _ = journal_end(owner)
     owner.execute(
         "CREATE TEMP TABLE cassette_journal AS SELECT * FROM public.cassette_journal WITH NO DATA"
