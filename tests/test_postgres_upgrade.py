@@ -113,10 +113,29 @@ def test_a_ledger_made_before_the_baseline_is_refused(pg_database: str, recorded
         assert conn.execute("SELECT * FROM cassette_journal ORDER BY seq").fetchall() == journal
 
 
+def test_a_first_migration_of_another_name_is_refused(pg_database: str) -> None:
+    """Not only the name development builds wrote: any version-1 row that is not the
+    shipped baseline's name is a ledger no release made."""
+    with MessageCassette(pg_database) as cassette:
+        cassette.post_message(ONE_STEP, "run", "USER")
+    with psycopg.connect(pg_database) as conn:
+        conn.execute("DELETE FROM cassette_migrations")
+        conn.execute("INSERT INTO cassette_migrations (version, name) VALUES (1, 'baseline_x')")
+    before = dump(pg_database)
+    for read_only in (False, True):
+        with pytest.raises(CassetteError) as refused:
+            MessageCassette(pg_database, read_only=read_only)
+        assert refused.value.code is ErrorCode.SCHEMA_UNRELEASED
+    with pytest.raises(CassetteError) as refused:
+        verify_path(pg_database)
+    assert refused.value.code is ErrorCode.SCHEMA_UNRELEASED
+    assert dump(pg_database) == before
+
+
 def test_a_ledger_at_the_baseline_is_released(pg_ledger: str) -> None:
     with psycopg.connect(pg_ledger) as conn:
         recorded = conn.execute("SELECT version, name FROM cassette_migrations").fetchall()
-    assert recorded == [(1, "baseline")] and recorded[0] != sqlfiles.PRE_BASELINE
+    assert recorded == [(1, "baseline")]
 
 
 # A later migration that changes what the catalog describes nothing of (verify compares

@@ -191,7 +191,8 @@ def require_released(recorded: list[tuple[int, str]]) -> None:
     """Refuse a ledger made by a development build before the baseline migration
     (SCHEMA_UNRELEASED): its recorded migrations are not the baseline's, and none of
     them was released, so no path leads from it to this schema. Nothing is changed."""
-    if recorded and recorded[0] == sqlfiles.PRE_BASELINE:
+    shipped = {migration.version: migration.name for migration in sqlfiles.migrations()}
+    if any(shipped.get(version, name) != name for version, name in recorded):
         raise CassetteError(
             ErrorCode.SCHEMA_UNRELEASED,
             "this ledger was made by a development build before the 0.1.0 baseline"

@@ -14,11 +14,6 @@ from pathlib import Path
 
 from ..sqlfiles import Migration
 
-# What a development build before the baseline recorded as its first migration: such a
-# ledger is refused (SCHEMA_UNRELEASED), never migrated, as nothing made before the
-# baseline was released.
-PRE_BASELINE = (1, "cassette")
-
 _FOLDER = Path(__file__).resolve().parent.parent / "sql" / "postgresql"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _QUERY_HEAD = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)

@@ -28,7 +28,7 @@ SELECT to_regclass('public.cassette_migrations') IS NOT NULL;
 
 -- name: applied_version
 -- The version reached, and the name recorded for version 1 (a development build before
--- the baseline recorded another: sqlfiles.PRE_BASELINE).
+-- the baseline recorded another: connection.require_released).
 SELECT coalesce(max(version), 0), (SELECT name FROM cassette_migrations WHERE version = 1)
   FROM cassette_migrations;
 
